@@ -1,0 +1,86 @@
+# attnserve images. CPU (default):  docker build -t attnserve:cpu .
+#                   GPU (CUDA 12):  docker build --target gpu -t attnserve:gpu .
+# Runtime images hold the service's dependencies only: no torch, no compilers (every dependency ships wheels,
+# so the builders need none either; they exist to keep pip and the build tree out of the final image).
+# Settings are ATTNSERVE_* environment variables (docs/DEPLOY.md); the shipped en-ja bundle is inside.
+
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+ARG CUDA_IMAGE=nvidia/cuda:12.6.3-cudnn-runtime-ubuntu24.04
+
+# ---- CPU builder: a virtual environment in /opt/venv ----
+FROM ${PYTHON_IMAGE} AS cpu-builder
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN python -m venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH
+WORKDIR /src
+# Dependencies first (from pyproject.toml, see deploy/requirements.py), so a code change reuses this layer.
+COPY pyproject.toml README.md ./
+COPY deploy/requirements.py deploy/
+RUN python deploy/requirements.py > requirements.txt && pip install --no-cache-dir -r requirements.txt
+COPY service service
+COPY model model
+RUN pip install --no-cache-dir --no-deps .
+
+# ---- GPU base: CUDA 12 + cuDNN 9 runtime libraries and the distribution's Python (3.12 on Ubuntu 24.04) ----
+FROM ${CUDA_IMAGE} AS gpu-base
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends python3 python3-venv \
+    && rm -rf /var/lib/apt/lists/*
+
+# ---- GPU builder: the same, with onnxruntime-gpu INSTEAD of onnxruntime (never both: they share a module) ----
+FROM gpu-base AS gpu-builder
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN python3 -m venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY deploy/requirements.py deploy/
+RUN python deploy/requirements.py --gpu > requirements.txt && pip install --no-cache-dir -r requirements.txt
+COPY service service
+COPY model model
+RUN pip install --no-cache-dir --no-deps .
+
+# ---- GPU runtime: docker build --target gpu ----
+FROM gpu-base AS gpu
+ARG VERSION=dev
+LABEL org.opencontainers.image.title="attnserve (GPU)" \
+      org.opencontainers.image.description="Machine-translation inference service with per-head attention (ONNX Runtime, CUDA)" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${VERSION}"
+RUN groupadd --system --gid 10001 attnserve \
+    && useradd --system --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin attnserve
+COPY --from=gpu-builder /opt/venv /opt/venv
+COPY model/bundles/en-ja /opt/attnserve/bundles/en-ja
+ENV PATH=/opt/venv/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
+    ATTNSERVE_BUNDLES='["/opt/attnserve/bundles/en-ja"]' ATTNSERVE_PROVIDER=cuda \
+    ATTNSERVE_HOST=0.0.0.0 ATTNSERVE_PORT=8000
+USER 10001:10001
+WORKDIR /opt/attnserve
+EXPOSE 8000
+# /readyz is 200 once the model is loaded and warmed up; urllib raises (exit 1) on 503 or no answer.
+HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request as u; u.urlopen('http://127.0.0.1:%s/readyz' % os.environ.get('ATTNSERVE_PORT', '8000'), timeout=4)"]
+ENTRYPOINT ["attnserve"]
+CMD ["serve"]
+
+# ---- CPU runtime (the default target, so it comes last) ----
+FROM ${PYTHON_IMAGE} AS cpu
+ARG VERSION=dev
+LABEL org.opencontainers.image.title="attnserve" \
+      org.opencontainers.image.description="Machine-translation inference service with per-head attention (ONNX Runtime, CPU)" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${VERSION}"
+RUN groupadd --system --gid 10001 attnserve \
+    && useradd --system --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin attnserve
+COPY --from=cpu-builder /opt/venv /opt/venv
+COPY model/bundles/en-ja /opt/attnserve/bundles/en-ja
+ENV PATH=/opt/venv/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
+    ATTNSERVE_BUNDLES='["/opt/attnserve/bundles/en-ja"]' ATTNSERVE_PROVIDER=cpu \
+    ATTNSERVE_HOST=0.0.0.0 ATTNSERVE_PORT=8000
+USER 10001:10001
+WORKDIR /opt/attnserve
+EXPOSE 8000
+HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request as u; u.urlopen('http://127.0.0.1:%s/readyz' % os.environ.get('ATTNSERVE_PORT', '8000'), timeout=4)"]
+ENTRYPOINT ["attnserve"]
+CMD ["serve"]

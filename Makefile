@@ -1,0 +1,37 @@
+# make serve: set up and serve the shipped bundle on 127.0.0.1:8000.  make test: lint + every test.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+BUNDLE ?= model/bundles/en-ja
+
+.PHONY: serve test lint format clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(VENV)/.service: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e .
+	touch $@
+
+$(VENV)/.dev: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[train,dev]'
+	touch $@ $(VENV)/.service
+
+serve: $(VENV)/.service
+	$(BIN)/attnserve serve --bundle $(BUNDLE) --host 127.0.0.1 --port 8000
+
+lint: $(VENV)/.dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/python -m pytest -q
+
+format: $(VENV)/.dev
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

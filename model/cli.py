@@ -1,0 +1,82 @@
+"""The model's subcommands of ``attnserve`` (they need the ``train`` extra: torch, onnx, transformers).
+
+``service/cli.py`` hands these over by name, so a service-only install never imports this package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+COMMANDS = ("train", "evaluate", "export", "import-marian", "export-marian")
+CACHE = Path.home() / ".cache" / "attnserve"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="attnserve", description="attnserve model tools (build time)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("train", help="train or resume a model on a corpus built by `python -m model.corpus`")
+    p.add_argument("--corpus", type=Path, default=CACHE / "corpus" / "en-ja", help="corpus directory")
+    p.add_argument("--run", type=Path, default=CACHE / "runs" / "en-ja", help="checkpoint directory (resumed)")
+    p.add_argument("--name", default="en-ja", help="bundle name recorded in checkpoints")
+    p.add_argument("--epochs", type=int, default=20)
+    p.add_argument("--max-tokens", type=int, default=6000, help="tokens per batch, padding included")
+    p.add_argument("--warmup", type=int, default=1500)
+    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast (CPU with AVX-512-BF16, or CUDA)")
+    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: all cores)")
+
+    p = sub.add_parser("export", help="write a bundle from a training checkpoint")
+    p.add_argument("checkpoint", type=Path)
+    p.add_argument("out_dir", type=Path)
+    p.add_argument("--force", action="store_true", help="replace an existing bundle")
+
+    p = sub.add_parser("evaluate", help="chrF and BLEU of a bundle on the test split, and the TM baseline")
+    p.add_argument("bundle", type=Path)
+    p.add_argument("--corpus", type=Path, default=CACHE / "corpus" / "en-ja")
+    p.add_argument("--limit", type=int, default=None, help="first N test pairs only")
+    p.add_argument("--write", action="store_true", help="record the scores in the bundle's manifest")
+
+    p = sub.add_parser("import-marian", help="convert a Hugging Face MarianMTModel directory into a bundle")
+    p.add_argument("hf_dir", type=Path)
+    p.add_argument("out_dir", type=Path)
+    p.add_argument("--name", default=None, help="bundle name (default: OUT_DIR's name)")
+    p.add_argument("--force", action="store_true")
+
+    p = sub.add_parser("export-marian", help="write a bundle as a MarianMTModel directory (transformers, CTranslate2)")
+    p.add_argument("bundle", type=Path)
+    p.add_argument("out_dir", type=Path)
+    p.add_argument("--force", action="store_true")
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        if args.command == "train":
+            from model.train import TrainConfig, train
+
+            t = TrainConfig(epochs=args.epochs, max_tokens=args.max_tokens, warmup=args.warmup, bf16=args.bf16)
+            print(train(args.corpus, args.run, name=args.name, t=t, threads=args.threads))
+        elif args.command == "export":
+            from model.export import export_checkpoint
+
+            print(export_checkpoint(args.checkpoint, args.out_dir, force=args.force))
+        elif args.command == "evaluate":
+            from model.evaluate import evaluate
+
+            evaluate(args.bundle, args.corpus, limit=args.limit, write=args.write)
+        elif args.command == "import-marian":
+            from model.marian import import_marian
+
+            print(import_marian(args.hf_dir, args.out_dir, name=args.name, force=args.force))
+        elif args.command == "export-marian":
+            from model.marian import export_marian
+
+            print(export_marian(args.bundle, args.out_dir, force=args.force))
+    except (FileExistsError, FileNotFoundError, ValueError) as e:
+        logging.getLogger("attnserve").error("%s", e)
+        return 2
+    return 0

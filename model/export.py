@@ -1,0 +1,365 @@
+"""Write a bundle: the model as two ONNX graphs with every attention as an output, its tokenizer and a manifest.
+
+The bundle layout and graph signatures are the contract in docs/ARCHITECTURE.md. Exporting checks ONNX Runtime
+against PyTorch before anything is written, and refuses to overwrite a bundle without ``force``.
+
+The weights travel inside the graphs: ONNX initializers keep the PyTorch state-dict names (the graphs are
+exported without constant folding; ONNX Runtime folds at load time), so :func:`load_state_dict` reads them back
+exactly — what ``attnserve export-marian`` needs — and no separate weights file makes the bundle heavier.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import torch
+from onnx import numpy_helper
+from torch import Tensor, nn
+
+from model.transformer import Transformer, TransformerConfig, padding_mask
+from service.bundle import FORMAT, sha256
+
+log = logging.getLogger(__name__)
+
+OPSET = 17
+TOLERANCE = 1e-4
+
+
+class EncoderGraph(nn.Module):
+    """encoder.onnx: (input_ids, attention_mask) -> encoder_attentions, cross_keys, cross_values."""
+
+    def __init__(self, model: Transformer) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        memory, weights = self.model.encode(input_ids, padding_mask(attention_mask))
+        memory_kv = self.model.memory_kv(memory)
+        return (
+            torch.stack(weights),  # (L, B, h, S, S)
+            torch.stack([k for k, _ in memory_kv]),  # (L, B, h, S, d_k)
+            torch.stack([v for _, v in memory_kv]),  # (L, B, h, S, d_k)
+        )
+
+
+class DecoderGraph(nn.Module):
+    """decoder.onnx: one decoding step on the key/value cache; see docs/ARCHITECTURE.md for the signature."""
+
+    def __init__(self, model: Transformer) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self,
+        input_ids: Tensor,  # (B, 1)
+        position_ids: Tensor,  # (B, 1)
+        encoder_attention_mask: Tensor,  # (B, S)
+        self_attention_mask: Tensor,  # (B, T + 1): 0 for cache slots of a shorter sequence
+        cross_keys: Tensor,  # (L, B, h, S, d_k)
+        cross_values: Tensor,
+        past_keys: Tensor,  # (L, B, h, T, d_k), T may be 0
+        past_values: Tensor,
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        memory_kv = list(zip(cross_keys.unbind(0), cross_values.unbind(0), strict=True))
+        past = list(zip(past_keys.unbind(0), past_values.unbind(0), strict=True))
+        x, present, self_w, cross_w = self.model.decode(
+            input_ids,
+            position_ids,
+            memory_kv,
+            padding_mask(encoder_attention_mask),
+            padding_mask(self_attention_mask),
+            past,
+        )
+        logits = self.model.generator(x[:, -1])  # (B, V)
+        return (
+            logits,
+            torch.stack([k for k, _ in present]),  # (L, B, h, T + 1, d_k)
+            torch.stack([v for _, v in present]),
+            torch.stack(self_w)[:, :, :, 0],  # (L, B, h, T + 1)
+            torch.stack(cross_w)[:, :, :, 0],  # (L, B, h, S)
+        )
+
+
+ENCODER_INPUTS = ["input_ids", "attention_mask"]
+ENCODER_OUTPUTS = ["encoder_attentions", "cross_keys", "cross_values"]
+DECODER_INPUTS = [
+    "input_ids",
+    "position_ids",
+    "encoder_attention_mask",
+    "self_attention_mask",
+    "cross_keys",
+    "cross_values",
+    "past_keys",
+    "past_values",
+]
+DECODER_OUTPUTS = ["logits", "present_keys", "present_values", "self_attentions", "cross_attentions"]
+
+
+def example_inputs(c: TransformerConfig, B: int = 3, S: int = 7, T: int = 4, seed: int = 0) -> dict[str, Any]:
+    """A padded batch of different source lengths and a decoder step with a partly masked cache (numpy, int64)."""
+    rng = np.random.default_rng(seed)
+    lengths = np.linspace(S, 2, B).astype(np.int64)  # the first sequence is the longest
+    input_ids = rng.integers(2, c.vocab_size - 1, size=(B, S)).astype(np.int64)
+    mask = (np.arange(S)[None] < lengths[:, None]).astype(np.int64)
+    input_ids = np.where(mask == 1, input_ids, c.pad_id)
+    input_ids[np.arange(B), lengths - 1] = c.eos_id
+    self_mask = np.ones((B, T + 1), dtype=np.int64)
+    self_mask[1:, : T // 2] = 0  # later sequences joined the batch late: their first cache slots are padding
+    L, h, d_k = c.n_decoder_layers, c.h, c.d_k
+    return {
+        "encoder": {"input_ids": input_ids, "attention_mask": mask},
+        "decoder": {
+            "input_ids": rng.integers(2, c.vocab_size - 1, size=(B, 1)).astype(np.int64),
+            "position_ids": np.full((B, 1), T, dtype=np.int64),
+            "encoder_attention_mask": mask,
+            "self_attention_mask": self_mask,
+            "past_keys": rng.standard_normal((L, B, h, T, d_k)).astype(np.float32),
+            "past_values": rng.standard_normal((L, B, h, T, d_k)).astype(np.float32),
+        },
+    }
+
+
+def export_graphs(model: Transformer, out_dir: Path) -> None:
+    """Export encoder.onnx and decoder.onnx with TorchScript's exporter (dynamo=False, opset 17).
+
+    Why that exporter: it traces the Python control flow away (L layers unrolled), keeps parameter names as
+    initializer names, and handles the dynamic batch, source and cache lengths; a zero-length cache works.
+    """
+    model = model.eval()
+    c = model.config
+    ex = example_inputs(c)
+    enc_in = tuple(torch.from_numpy(ex["encoder"][k]) for k in ENCODER_INPUTS)
+    with torch.no_grad():
+        _, ck, cv = EncoderGraph(model)(*enc_in)
+    dec = {k: torch.from_numpy(v) for k, v in ex["decoder"].items()}
+    dec_in = tuple(dec[k] if k in dec else {"cross_keys": ck, "cross_values": cv}[k] for k in DECODER_INPUTS)
+    B, S, T = "batch", "source_length", "past_length"
+    common: dict[str, Any] = dict(opset_version=OPSET, do_constant_folding=False, dynamo=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # TorchScript exporter deprecation and tracer warnings
+        torch.onnx.export(
+            EncoderGraph(model),
+            enc_in,
+            str(out_dir / "encoder.onnx"),
+            input_names=ENCODER_INPUTS,
+            output_names=ENCODER_OUTPUTS,
+            dynamic_axes={
+                "input_ids": {0: B, 1: S},
+                "attention_mask": {0: B, 1: S},
+                "encoder_attentions": {1: B, 3: S, 4: S},
+                "cross_keys": {1: B, 3: S},
+                "cross_values": {1: B, 3: S},
+            },
+            **common,
+        )
+        torch.onnx.export(
+            DecoderGraph(model),
+            dec_in,
+            str(out_dir / "decoder.onnx"),
+            input_names=DECODER_INPUTS,
+            output_names=DECODER_OUTPUTS,
+            dynamic_axes={
+                "input_ids": {0: B},
+                "position_ids": {0: B},
+                "encoder_attention_mask": {0: B, 1: S},
+                "self_attention_mask": {0: B, 1: "total_length"},
+                "cross_keys": {1: B, 3: S},
+                "cross_values": {1: B, 3: S},
+                "past_keys": {1: B, 3: T},
+                "past_values": {1: B, 3: T},
+                "logits": {0: B},
+                "present_keys": {1: B, 3: "total_length"},
+                "present_values": {1: B, 3: "total_length"},
+                "self_attentions": {1: B, 3: "total_length"},
+                "cross_attentions": {1: B, 3: S},
+            },
+            **common,
+        )
+
+
+def check_graphs(model: Transformer, bundle_dir: Path, tolerance: float = TOLERANCE) -> float:
+    """Run both graphs in ONNX Runtime and in PyTorch on a padded batch; raise if any output differs by more
+    than ``tolerance`` (max abs). Returns the largest difference seen."""
+    import onnxruntime as ort
+
+    model = model.eval()
+    ex = example_inputs(model.config, seed=1)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    enc = ort.InferenceSession(str(bundle_dir / "encoder.onnx"), opts, providers=["CPUExecutionProvider"])
+    dec = ort.InferenceSession(str(bundle_dir / "decoder.onnx"), opts, providers=["CPUExecutionProvider"])
+    worst = 0.0
+    enc_ort = enc.run(ENCODER_OUTPUTS, ex["encoder"])
+    with torch.no_grad():
+        enc_pt = EncoderGraph(model)(*(torch.from_numpy(ex["encoder"][k]) for k in ENCODER_INPUTS))
+    dec_feed = dict(ex["decoder"], cross_keys=enc_ort[1], cross_values=enc_ort[2])
+    dec_ort = dec.run(DECODER_OUTPUTS, dec_feed)
+    with torch.no_grad():
+        dec_pt = DecoderGraph(model)(*(torch.from_numpy(dec_feed[k]) for k in DECODER_INPUTS))
+    for name, a, b in zip(ENCODER_OUTPUTS + DECODER_OUTPUTS, enc_ort + dec_ort, [*enc_pt, *dec_pt], strict=True):
+        diff = float(np.abs(a - b.numpy()).max())
+        worst = max(worst, diff)
+        if not diff <= tolerance:
+            raise ValueError(f"ONNX Runtime differs from PyTorch on {name}: max abs {diff:.3g} > {tolerance}")
+    return worst
+
+
+def onnx_initializers(path: Path) -> dict[str, np.ndarray]:
+    return {t.name: numpy_helper.to_array(t) for t in onnx.load(str(path)).graph.initializer}
+
+
+def graph_weights(bundle_dir: Path, graphs: dict[str, str]) -> dict[str, np.ndarray]:
+    """The float32 graphs' initializers by state-dict name (the exporter prefixes ``model.``)."""
+    found: dict[str, np.ndarray] = {}
+    for role in ("encoder", "decoder"):
+        for name, array in onnx_initializers(bundle_dir / graphs[role]).items():
+            found[name.removeprefix("model.")] = array
+    return found
+
+
+def weight_aliases(model: Transformer, found: dict[str, np.ndarray]) -> dict[str, str]:
+    """State-dict names the graphs do not carry -> the initializer that holds the same tensor.
+
+    The exporter keeps one initializer for identical tensors (tied embeddings, LayerNorms still at their
+    initial ones and zeros); this map, saved in the manifest, undoes that exactly.
+
+    Raises:
+        ValueError: a weight is nowhere in the graphs.
+    """
+    aliases = {}
+    for key, value in model.state_dict().items():
+        if key in found:
+            continue
+        array = value.detach().cpu().numpy()
+        twin = next((n for n, a in found.items() if a.shape == array.shape and np.array_equal(a, array)), None)
+        if twin is None:
+            raise ValueError(f"weight {key} is in neither graph")
+        aliases[key] = twin
+    return aliases
+
+
+def load_state_dict(bundle_dir: Path) -> tuple[TransformerConfig, dict[str, Tensor]]:
+    """Read a bundle's config and weights back from its float32 graphs (see the module docstring).
+
+    Raises:
+        ValueError: a weight is missing (the bundle was not written by :func:`export_bundle`).
+    """
+    manifest = json.loads((bundle_dir / "manifest.json").read_text())
+    config = TransformerConfig.from_dict(manifest["model"])
+    found = graph_weights(bundle_dir, manifest["graphs"])
+    aliases = manifest["weights"]["aliases"]
+    state: dict[str, Tensor] = {}
+    for key in Transformer(config).state_dict():
+        array = found.get(aliases.get(key, key))
+        if array is None:
+            raise ValueError(f"{bundle_dir}: weight {key} is in neither graph")
+        state[key] = torch.from_numpy(array.copy())
+    return config, state
+
+
+def write_manifest(bundle_dir: Path, manifest: dict[str, Any]) -> None:
+    """Write manifest.json with the sha256 of every other file in the bundle."""
+    files = sorted(p for p in bundle_dir.iterdir() if p.is_file() and p.name != "manifest.json")
+    manifest = {**manifest, "sha256": {p.name: sha256(p) for p in files}}
+    (bundle_dir / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+
+
+def export_bundle(
+    model: Transformer,
+    out_dir: Path,
+    *,
+    name: str,
+    source_lang: str,
+    target_lang: str,
+    tokenizer: dict[str, Path],
+    vocab: dict[str, int] | None = None,
+    scores: list[dict[str, Any]] | None = None,
+    provenance: dict[str, Any] | None = None,
+    force: bool = False,
+) -> Path:
+    """Export ``model`` and its tokenizer to a bundle directory.
+
+    Args:
+        model: the PyTorch model; put in eval mode.
+        out_dir: the bundle directory; must not exist (or be empty) unless ``force``.
+        tokenizer: ``{"source": spm_path, "target": spm_path}`` — one path twice for a joint model.
+        vocab: piece -> id map when the model's ids are not the SentencePiece ids (Marian), else None.
+        scores, provenance: recorded in the manifest as they are.
+        force: replace an existing bundle.
+
+    Raises:
+        FileExistsError: ``out_dir`` holds files and ``force`` is false.
+        ValueError: ONNX Runtime disagrees with PyTorch, or the weights cannot be read back exactly.
+    """
+    if out_dir.exists() and any(out_dir.iterdir()) and not force:
+        raise FileExistsError(f"{out_dir} exists; pass --force to replace it")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out_dir.parent, prefix=f".{out_dir.name}.") as tmp_name:
+        tmp = Path(tmp_name)
+        export_graphs(model, tmp)
+        graphs = {"encoder": "encoder.onnx", "decoder": "decoder.onnx"}
+        tok: dict[str, Any] = {"kind": "sentencepiece", "vocab": None}
+        for role in ("source", "target"):
+            src = tokenizer[role]
+            dest = "spm.model" if tokenizer["source"] == tokenizer["target"] else f"{role}.spm"
+            shutil.copyfile(src, tmp / dest)
+            tok[role] = dest
+        if vocab is not None:
+            (tmp / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False, indent=0) + "\n")
+            tok["vocab"] = "vocab.json"
+        manifest = {
+            "format": FORMAT,
+            "name": name,
+            "source_lang": source_lang,
+            "target_lang": target_lang,
+            "model": model.config.to_dict(),
+            "tokenizer": tok,
+            "graphs": graphs,
+            "weights": {
+                "source": "float32 graph initializers named as the PyTorch state dict (model/export.py)",
+                "aliases": weight_aliases(model, graph_weights(tmp, graphs)),
+            },
+            "scores": scores or [],
+            "provenance": {"exported": _dt.date.today().isoformat(), **(provenance or {})},
+        }
+        write_manifest(tmp, manifest)
+        worst = check_graphs(model, tmp)
+        _, state = load_state_dict(tmp)
+        for key, value in model.state_dict().items():
+            if not torch.equal(state[key], value.detach().cpu()):
+                raise ValueError(f"weight {key} does not read back exactly from the graphs")
+        log.info("ONNX Runtime matches PyTorch within %.2g; weights read back exactly", worst)
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        tmp.rename(out_dir)
+        tmp.mkdir()  # the context manager removes it again
+    return out_dir
+
+
+def export_checkpoint(checkpoint: Path, out_dir: Path, force: bool = False) -> Path:
+    """``attnserve export CHECKPOINT OUT_DIR``: a checkpoint written by model/train.py to a bundle."""
+    ckpt = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    config = TransformerConfig.from_dict(ckpt["config"])
+    model = Transformer(config)
+    model.load_state_dict(ckpt["model"])
+    meta = ckpt["meta"]
+    spm = Path(meta["spm"])
+    return export_bundle(
+        model,
+        out_dir,
+        name=meta["name"],
+        source_lang=meta["source_lang"],
+        target_lang=meta["target_lang"],
+        tokenizer={"source": spm, "target": spm},
+        provenance=meta.get("provenance"),
+        force=force,
+    )

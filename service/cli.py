@@ -1,0 +1,110 @@
+"""``attnserve``: the service's subcommands (serve, translate, attention); the model's are handed to model/cli.py
+only when called, so a service-only install (no torch) runs ``attnserve serve``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+MODEL_COMMANDS = ("train", "evaluate", "export", "import-marian", "export-marian")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="attnserve",
+        description="Machine translation with every attention weight. Model commands (need the 'train' extra): "
+        + ", ".join(MODEL_COMMANDS)
+        + " — see `attnserve train --help`.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("serve", help="serve the HTTP API (settings: ATTNSERVE_* environment variables)")
+    p.add_argument("--bundle", type=Path, action="append", help="bundle directory (repeat for several pairs)")
+    p.add_argument("--host", default=None, help="listen address (default ATTNSERVE_HOST or 127.0.0.1)")
+    p.add_argument("--port", type=int, default=None, help="port (default ATTNSERVE_PORT or 8000)")
+
+    for name, text in (("translate", "translate texts locally, no server"), ("attention", "attention summary")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("text", nargs="+" if name == "translate" else None)
+        p.add_argument("--bundle", type=Path, default=None, help="bundle directory (default: the shipped one)")
+        p.add_argument("--beam-size", type=int, default=1)
+        if name == "attention":
+            p.add_argument("--target-text", default=None, help="force-decode this translation")
+        else:
+            p.add_argument("--json", action="store_true", help="print the texts as a JSON list")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in MODEL_COMMANDS:
+        model_cli = importlib.import_module("model.cli")
+        return int(model_cli.main(argv))
+    args = build_parser().parse_args(argv)
+    from pydantic import ValidationError
+
+    from service.settings import Settings
+
+    overrides = {k: v for k, v in (("host", getattr(args, "host", None)), ("port", getattr(args, "port", None))) if v}
+    if getattr(args, "bundle", None):
+        overrides["bundles"] = args.bundle if isinstance(args.bundle, list) else [args.bundle]
+    try:
+        settings = Settings(**overrides)
+    except ValidationError as e:
+        print(f"attnserve: invalid settings:\n{e}", file=sys.stderr)
+        return 2
+    if args.command == "serve":
+        return serve(settings)
+    return local(args, settings)
+
+
+def serve(settings: Settings) -> int:  # noqa: F821 - imported lazily above
+    import uvicorn
+
+    from service.app import create_app
+
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_config=None)
+    return 0
+
+
+def local(args: argparse.Namespace, settings: Settings) -> int:  # noqa: F821
+    from service.bundle import BundleError
+    from service.engine import Engine, InputError, Options
+
+    try:
+        engine = Engine.load(settings.bundles[0], settings)
+        if args.command == "translate":
+            options = Options(beam_size=args.beam_size)
+            results = engine.decode_now([engine.request(t, options) for t in args.text])
+            texts = [engine.text(r.hypotheses[0]) for r in results]
+            print(json.dumps(texts, ensure_ascii=False) if args.json else "\n".join(texts))
+            return 0
+        options = Options(beam_size=args.beam_size, attention=True)
+        request = engine.request(args.text, options, target_text=args.target_text)
+        (result,) = engine.decode_now([request])
+        print_attention(engine.attention(request, result, ["encoder", "decoder", "cross"], None, None))
+        return 0
+    except (BundleError, InputError) as e:
+        print(f"attnserve: {e}", file=sys.stderr)
+        return 2
+
+
+def print_attention(body: dict) -> None:  # type: ignore[type-arg]
+    """Per layer and head: the entropy (how spread the weights are) and, for cross-attention, which source token
+    each target token attends to most."""
+    src, tgt = body["source_tokens"], body["target_tokens"]
+    print(f"{body['translatedText']}\nsource: {' '.join(src)}\ntarget: {' '.join(tgt)}")
+    for kind in ("encoder", "decoder", "cross"):
+        for layer, heads in zip(body["layers"][kind], body[kind], strict=True):
+            for head, rows in zip(body["heads"], heads, strict=True):
+                a = np.asarray(rows)
+                entropy = float(-(a * np.log(np.clip(a, 1e-12, 1))).sum(-1).mean())
+                line = f"{kind:7s} L{layer} H{head}  entropy {entropy:5.2f}"
+                if kind == "cross":
+                    line += "  " + " ".join(f"{t}→{src[int(j)]}" for t, j in zip(tgt, a.argmax(-1), strict=True))
+                print(line)

@@ -1,0 +1,303 @@
+"""Batched greedy, beam and forced decoding on the key/value cache, with attention rows collected step by step.
+
+:class:`BatchDecoder` holds the rows (hypotheses) of many requests in one batch. New requests are admitted between
+steps and finished ones leave (iteration-level batching); a row that joins late owns only the cache slots from its
+start on — the others are masked out (``self_attention_mask``), so a row's answer does not depend on its neighbours.
+
+Cache layout: ``past_keys``/``past_values`` (L, N, h, T, d_k) for N rows; row r owns slots ``start[r]:T``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from service.bundle import ModelSpec
+from service.runner import Runner, StepOutput
+
+
+@dataclass(frozen=True)
+class DecodeRequest:
+    """One text to decode.
+
+    Args:
+        src: source ids ending with </s>.
+        beam_size: 1 = greedy.
+        max_length: generated tokens at most (</s> included).
+        length_penalty: finished beam hypotheses rank by score / length^length_penalty.
+        n_best: hypotheses returned (≤ beam_size).
+        forced: target ids (ending with </s>) to force-decode instead of searching.
+        attention: collect encoder, decoder and cross attention.
+    """
+
+    src: list[int]
+    beam_size: int = 1
+    max_length: int = 64
+    length_penalty: float = 1.0
+    n_best: int = 1
+    forced: list[int] | None = None
+    attention: bool = False
+
+
+@dataclass
+class Hypothesis:
+    tokens: list[int]  # generated ids, ending with </s> unless max_length cut it
+    token_scores: list[float]  # log-probability of each token
+    self_attention: list[np.ndarray] = field(default_factory=list)  # per step (L, h, t + 1)
+    cross_attention: list[np.ndarray] = field(default_factory=list)  # per step (L, h, S)
+
+    @property
+    def score(self) -> float:
+        return float(sum(self.token_scores))
+
+
+@dataclass
+class DecodeResult:
+    hypotheses: list[Hypothesis]  # best first
+    encoder_attention: np.ndarray | None  # (L, h, S, S)
+
+
+@dataclass
+class _Job:
+    key: Hashable
+    request: DecodeRequest
+    encoder_attention: np.ndarray | None
+    finished: list[Hypothesis] = field(default_factory=list)
+    steps: int = 0
+
+
+@dataclass
+class _Row:
+    job: _Job
+    hyp: Hypothesis
+    start: int  # first cache slot this row owns
+    alive: bool = True  # False for the extra beam rows before the first step
+
+
+def _log_softmax(x: np.ndarray) -> np.ndarray:
+    x = x - x.max(axis=-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
+
+
+class BatchDecoder:
+    """Decodes the rows of many requests together, one step at a time; knows nothing of HTTP or queues."""
+
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+        self.spec: ModelSpec = runner.spec
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every row (after a runner failure, or when the last row left)."""
+        self.rows: list[_Row] = []
+        L, h, d_k = self.spec.n_decoder_layers, self.spec.h, self.spec.d_k
+        self.past_keys = np.zeros((L, 0, h, 0, d_k), np.float32)
+        self.past_values = np.zeros((L, 0, h, 0, d_k), np.float32)
+        self.self_mask = np.zeros((0, 0), np.int64)  # (N, T)
+        self.cross_keys = np.zeros((L, 0, h, 0, d_k), np.float32)
+        self.cross_values = np.zeros((L, 0, h, 0, d_k), np.float32)
+        self.encoder_mask = np.zeros((0, 0), np.int64)  # (N, S)
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.rows)
+
+    @property
+    def keys(self) -> set[Hashable]:
+        return {r.job.key for r in self.rows}
+
+    def admit(self, requests: list[tuple[Hashable, DecodeRequest]]) -> float:
+        """Encode new requests (one encoder call) and add their rows; returns the encoder seconds."""
+        if not requests:
+            return 0.0
+        S_new = max(len(r.src) for _, r in requests)
+        ids = np.full((len(requests), S_new), self.spec.pad_id, np.int64)
+        for i, (_, r) in enumerate(requests):
+            ids[i, : len(r.src)] = r.src
+        mask = (np.arange(S_new)[None] < np.array([len(r.src) for _, r in requests])[:, None]).astype(np.int64)
+        t0 = time.perf_counter()
+        enc = self.runner.encode(ids, mask)
+        seconds = time.perf_counter() - t0
+
+        beams = np.array([1 if r.forced is not None else r.beam_size for _, r in requests])
+        rows_of = np.repeat(np.arange(len(requests)), beams)  # new row -> request index
+        S = max(S_new, self.encoder_mask.shape[1])
+        T = self.self_mask.shape[1]
+        n = len(rows_of)
+        L, h, d_k = self.spec.n_decoder_layers, self.spec.h, self.spec.d_k
+
+        def pad_s(a: np.ndarray, axis: int) -> np.ndarray:
+            width = [(0, 0)] * a.ndim
+            width[axis] = (0, S - a.shape[axis])
+            return np.pad(a, width)
+
+        self.cross_keys = np.concatenate([pad_s(self.cross_keys, 3), pad_s(enc.cross_keys[:, rows_of], 3)], axis=1)
+        self.cross_values = np.concatenate(
+            [pad_s(self.cross_values, 3), pad_s(enc.cross_values[:, rows_of], 3)], axis=1
+        )
+        self.encoder_mask = np.concatenate([pad_s(self.encoder_mask, 1), pad_s(mask[rows_of], 1)], axis=0)
+        self.past_keys = np.concatenate([self.past_keys, np.zeros((L, n, h, T, d_k), np.float32)], axis=1)
+        self.past_values = np.concatenate([self.past_values, np.zeros((L, n, h, T, d_k), np.float32)], axis=1)
+        self.self_mask = np.concatenate([self.self_mask, np.zeros((n, T), np.int64)], axis=0)
+        for i, (key, r) in enumerate(requests):
+            s = len(r.src)
+            job = _Job(key, r, enc.attentions[:, i, :, :s, :s].copy() if r.attention else None)
+            for b in range(beams[i]):
+                self.rows.append(_Row(job, Hypothesis([], []), start=T, alive=b == 0))
+        return seconds
+
+    def cancel(self, key: Hashable) -> None:
+        """Drop the rows of a request whose caller went away."""
+        self._select([i for i, r in enumerate(self.rows) if r.job.key != key])
+
+    def step(self) -> tuple[list[tuple[Hashable, DecodeResult]], float]:
+        """One decoder call for every row; returns the requests that finished and the decoder seconds."""
+        if not self.rows:
+            return [], 0.0
+        N = len(self.rows)
+        last = [r.hyp.tokens[-1] if r.hyp.tokens else self.spec.decoder_start_id for r in self.rows]
+        positions = [len(r.hyp.tokens) for r in self.rows]
+        self_mask = np.concatenate([self.self_mask, np.ones((N, 1), np.int64)], axis=1)
+        t0 = time.perf_counter()
+        out = self.runner.step(
+            np.array(last, np.int64)[:, None],
+            np.array(positions, np.int64)[:, None],
+            self.encoder_mask,
+            self_mask,
+            self.cross_keys,
+            self.cross_values,
+            self.past_keys,
+            self.past_values,
+        )
+        seconds = time.perf_counter() - t0
+        self.past_keys, self.past_values, self.self_mask = out.present_keys, out.present_values, self_mask
+        logits = out.logits.astype(np.float32)
+        logits[:, self.spec.pad_id] = -np.inf  # never emit padding
+        logp = _log_softmax(logits)
+
+        keep: list[int] = []  # parent row of each surviving row
+        new_rows: list[_Row] = []
+        done: list[tuple[Hashable, DecodeResult]] = []
+        by_job: dict[int, list[int]] = {}
+        for i, r in enumerate(self.rows):
+            by_job.setdefault(id(r.job), []).append(i)
+        for idx in by_job.values():
+            job = self.rows[idx[0]].job
+            job.steps += 1
+            children = self._advance(job, idx, logp, out)
+            if children is None:
+                done.append((job.key, self._result(job)))
+                continue
+            for parent, row in children:
+                keep.append(parent)
+                new_rows.append(row)
+        if keep != list(range(N)):
+            self._gather(keep)
+        self.rows = new_rows
+        self._trim()
+        return done, seconds
+
+    def _advance(self, job: _Job, idx: list[int], logp: np.ndarray, out: StepOutput) -> list[tuple[int, _Row]] | None:
+        """Choose the next tokens of one request's rows; None when the request is finished."""
+        req, eos = job.request, self.spec.eos_id
+        rows = [self.rows[i] for i in idx]
+        t = job.steps  # tokens each row will have after this step
+
+        def child(i: int, token: int) -> Hypothesis:
+            r = self.rows[i]
+            hyp = Hypothesis([*r.hyp.tokens, token], [*r.hyp.token_scores, float(logp[i, token])])
+            if req.attention:
+                s = len(req.src)
+                hyp.self_attention = [*r.hyp.self_attention, out.self_attentions[:, i, :, r.start :].copy()]
+                hyp.cross_attention = [*r.hyp.cross_attention, out.cross_attentions[:, i, :, :s].copy()]
+            return hyp
+
+        if req.forced is not None or req.beam_size == 1:
+            i = idx[0]
+            token = req.forced[t - 1] if req.forced is not None else int(logp[i].argmax())
+            hyp = child(i, token)
+            limit = len(req.forced) if req.forced is not None else req.max_length
+            if token == eos or t >= limit:
+                job.finished.append(hyp)
+                return None
+            return [(i, _Row(job, hyp, rows[0].start))]
+
+        # Beam search: the best 2k continuations of the k live hypotheses; </s> ones finish.
+        k = req.beam_size
+        scores = np.array([r.hyp.score if r.alive else -np.inf for r in rows])
+        cand = scores[:, None] + logp[idx]  # (k, V)
+        flat = cand.ravel()
+        top = np.argpartition(-flat, 2 * k)[: 2 * k]
+        top = top[np.argsort(-flat[top], kind="stable")]
+        children: list[tuple[int, _Row]] = []
+        for rank, c in enumerate(top):
+            if not np.isfinite(flat[c]):
+                break
+            parent, token = idx[c // logp.shape[1]], int(c % logp.shape[1])
+            if token == eos:
+                if rank < k:
+                    job.finished.append(child(parent, token))
+                continue
+            children.append((parent, _Row(job, child(parent, token), rows[0].start)))
+            if len(children) == k:
+                break
+        if len(job.finished) >= k or t >= req.max_length or not children:
+            if t >= req.max_length:
+                job.finished.extend(row.hyp for _, row in children)
+            return None
+        return children
+
+    def _result(self, job: _Job) -> DecodeResult:
+        lp = job.request.length_penalty
+        ranked = sorted(job.finished, key=lambda h: -h.score / max(len(h.tokens), 1) ** lp)
+        return DecodeResult(ranked[: max(job.request.n_best, 1)], job.encoder_attention)
+
+    def _select(self, keep: list[int]) -> None:
+        if keep == list(range(len(self.rows))):
+            return
+        self._gather(keep)
+        self.rows = [self.rows[i] for i in keep]
+        self._trim()
+
+    def _gather(self, keep: list[int]) -> None:
+        ix = np.array(keep, dtype=np.int64)
+        self.past_keys = self.past_keys[:, ix]
+        self.past_values = self.past_values[:, ix]
+        self.self_mask = self.self_mask[ix]
+        self.cross_keys = self.cross_keys[:, ix]
+        self.cross_values = self.cross_values[:, ix]
+        self.encoder_mask = self.encoder_mask[ix]
+
+    def _trim(self) -> None:
+        """Drop cache slots no row owns any more, and source columns no row needs (only when it is worth a copy)."""
+        if not self.rows:
+            self.reset()
+            return
+        T = self.self_mask.shape[1]
+        first = min(r.start for r in self.rows)
+        if first > 0 and first * 4 >= T:
+            self.past_keys = self.past_keys[:, :, :, first:]
+            self.past_values = self.past_values[:, :, :, first:]
+            self.self_mask = self.self_mask[:, first:]
+            for r in self.rows:
+                r.start -= first
+        S = int(self.encoder_mask.sum(axis=1).max())
+        if S * 4 <= self.encoder_mask.shape[1] * 3:
+            self.cross_keys = self.cross_keys[:, :, :, :S]
+            self.cross_values = self.cross_values[:, :, :, :S]
+            self.encoder_mask = self.encoder_mask[:, :S]
+
+
+def decode(runner: Runner, requests: list[DecodeRequest]) -> list[DecodeResult]:
+    """Decode requests as one batch to the end (the CLI, evaluation and tests use this; the service's scheduler
+    drives :class:`BatchDecoder` itself)."""
+    decoder = BatchDecoder(runner)
+    decoder.admit(list(enumerate(requests)))
+    results: dict[Hashable, DecodeResult] = {}
+    while decoder.num_rows:
+        done, _ = decoder.step()
+        results.update(done)
+    return [results[i] for i in range(len(requests))]

@@ -1,0 +1,192 @@
+"""One language pair: a bundle's tokenizer, runner and scheduler, and the text <-> decode-request translation that
+the HTTP API and the command line share (so both give the same answers)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from service.bundle import Bundle, load_bundle
+from service.decoding import BatchDecoder, DecodeRequest, DecodeResult, Hypothesis, decode
+from service.runner import Provider, Runner
+from service.scheduler import Scheduler
+from service.settings import Settings
+
+log = logging.getLogger(__name__)
+
+KINDS = ("encoder", "decoder", "cross")
+
+
+class InputError(ValueError):
+    """A request breaks a limit or names something that does not exist; ``status`` is the HTTP code to answer."""
+
+    def __init__(self, message: str, status: int = 422) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Options:
+    """Decoding options of one request, already checked against the limits."""
+
+    beam_size: int = 1
+    max_length: int | None = None
+    n_best: int = 1
+    length_penalty: float = 1.0
+    attention: bool = False
+
+
+class Engine:
+    """A loaded bundle with its runner; :meth:`start` adds the scheduler that the HTTP service uses."""
+
+    def __init__(self, bundle: Bundle, settings: Settings, provider: Provider | None = None) -> None:
+        self.bundle = bundle
+        self.settings = settings
+        self.tokenizer = bundle.tokenizer
+        self.runner = Runner(bundle, provider or settings.provider, settings.threads)
+        self.scheduler: Scheduler | None = None
+
+    @classmethod
+    def load(cls, path: Path, settings: Settings) -> Engine:
+        return cls(load_bundle(path), settings)
+
+    @property
+    def pair(self) -> tuple[str, str]:
+        return self.bundle.source_lang, self.bundle.target_lang
+
+    async def start(self, on_step: Any = None) -> None:
+        s = self.settings
+        self.scheduler = Scheduler(
+            BatchDecoder(self.runner),
+            max_batch_size=s.max_batch_size,
+            max_batch_tokens=s.max_batch_tokens,
+            max_wait_ms=s.max_wait_ms,
+            queue_size=s.queue_size,
+            on_step=on_step,
+        )
+        await self.scheduler.start()
+
+    async def stop(self) -> None:
+        if self.scheduler is not None:
+            await self.scheduler.stop()
+
+    def request(self, text: str, options: Options, target_text: str | None = None) -> DecodeRequest:
+        """Tokenize and check one text against the limits.
+
+        Raises:
+            InputError: the text is empty or over ``max_chars`` / ``max_tokens`` (413), or the target text is.
+        """
+        s = self.settings
+        if len(text) > s.max_chars:
+            raise InputError(f"a text has {len(text)} characters; the limit is max_chars={s.max_chars}", 413)
+        src = self.tokenizer.encode_source(text)
+        limit = min(s.max_tokens, self.bundle.spec.max_positions)
+        if len(src) > limit:
+            raise InputError(f"a text has {len(src)} tokens; the limit is max_tokens={limit}", 413)
+        forced = None
+        if target_text is not None:
+            if len(target_text) > s.max_chars:
+                raise InputError(f"target_text has {len(target_text)} characters; the limit is {s.max_chars}", 413)
+            forced = self.tokenizer.encode_target(target_text)
+            if len(forced) > min(s.max_length, self.bundle.spec.max_positions):
+                raise InputError(f"target_text has {len(forced)} tokens; the limit is max_length={s.max_length}", 413)
+        max_length = options.max_length or min(s.max_length, 2 * len(src) + 10)
+        max_length = min(max_length, self.bundle.spec.max_positions)
+        return DecodeRequest(
+            src=src,
+            beam_size=options.beam_size,
+            max_length=max_length,
+            length_penalty=options.length_penalty,
+            n_best=options.n_best,
+            forced=forced,
+            attention=options.attention,
+        )
+
+    async def submit(self, requests: list[DecodeRequest]) -> list[DecodeResult]:
+        """Queue texts together and wait for all of them (the caller applies the deadline)."""
+        assert self.scheduler is not None, "Engine.start() was not called"
+        futures = self.scheduler.submit_many(requests, self.settings.request_timeout_s)
+        try:
+            return list(await asyncio.gather(*futures))
+        finally:
+            for f in futures:
+                f.cancel()  # a caller that went away frees its rows
+
+    def decode_now(self, requests: list[DecodeRequest]) -> list[DecodeResult]:
+        """Decode without the scheduler (the command line)."""
+        return decode(self.runner, requests)
+
+    def text(self, hyp: Hypothesis) -> str:
+        return self.tokenizer.decode(hyp.tokens)
+
+    def details(self, request: DecodeRequest, hyp: Hypothesis) -> dict[str, Any]:
+        """Tokens, scores and a word alignment (each target token's most attended source token, last layer, heads
+        averaged) for ``return_details``."""
+        cross = np.stack(hyp.cross_attention)  # (T, L, h, S)
+        alignment = cross[:, -1].mean(axis=1).argmax(axis=-1)
+        return {
+            "source_tokens": self.tokenizer.pieces(request.src),
+            "tokens": self.tokenizer.pieces(hyp.tokens),
+            "score": round(hyp.score, 6),
+            "token_scores": [round(x, 6) for x in hyp.token_scores],
+            "alignment": [int(a) for a in alignment],
+        }
+
+    def attention(
+        self,
+        request: DecodeRequest,
+        result: DecodeResult,
+        kinds: list[str],
+        layers: list[int] | None,
+        heads: list[int] | None,
+    ) -> dict[str, Any]:
+        """The /attention response body: tokens, translation and [layer][head][query][key] arrays per kind."""
+        hyp = result.hypotheses[0]
+        T = len(hyp.tokens)
+        L_dec = self.bundle.spec.n_decoder_layers
+        self_att = np.zeros((L_dec, self.bundle.spec.h, T, T), np.float32)
+        for t, row in enumerate(hyp.self_attention):  # row (L, h, t + 1): no position attends to a later one
+            self_att[:, :, t, : t + 1] = row
+        arrays = {
+            "encoder": result.encoder_attention,  # (L_enc, h, S, S)
+            "decoder": self_att,
+            "cross": np.stack(hyp.cross_attention, axis=2),  # (L_dec, h, T, S)
+        }
+        start = self.tokenizer.pieces([self.bundle.spec.decoder_start_id])
+        body: dict[str, Any] = {
+            "source_tokens": self.tokenizer.pieces(request.src),
+            "target_tokens": self.tokenizer.pieces(hyp.tokens),
+            "decoder_input_tokens": start + self.tokenizer.pieces(hyp.tokens[:-1]),
+            "translatedText": self.text(hyp),
+            "layers": {},
+            "heads": list(range(self.bundle.spec.h)) if heads is None else heads,
+        }
+        for kind in kinds:
+            a = arrays[kind]
+            assert a is not None
+            chosen = list(range(a.shape[0])) if layers is None else layers
+            body["layers"][kind] = chosen
+            body[kind] = np.round(a[chosen][:, body["heads"]], 6).tolist()
+        return body
+
+    def check_filters(self, kinds: list[str], layers: list[int] | None, heads: list[int] | None) -> None:
+        """Raises InputError (422) for a layer or head index that does not exist in the requested kinds."""
+        spec = self.bundle.spec
+        for kind in kinds:
+            n = spec.n_encoder_layers if kind == "encoder" else spec.n_decoder_layers
+            bad = [i for i in layers or [] if not 0 <= i < n]
+            if bad:
+                raise InputError(f"layers {bad} do not exist for {kind} attention: it has layers 0..{n - 1}")
+        bad = [i for i in heads or [] if not 0 <= i < spec.h]
+        if bad:
+            raise InputError(f"heads {bad} do not exist: the model has heads 0..{spec.h - 1}")
+
+
+def warm_up(engine: Engine) -> None:
+    """Decode one short text so that the first real request does not pay for ONNX Runtime's lazy set-up."""
+    engine.decode_now([engine.request("Hello.", Options(max_length=4))])

@@ -1,0 +1,97 @@
+"""Request and response bodies of the HTTP API, with the examples that OpenAPI (/docs) shows."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Kind = Literal["encoder", "decoder", "cross"]
+
+
+class TranslateRequest(BaseModel):
+    """LibreTranslate's /translate body, plus attnserve's optional decoding controls."""
+
+    model_config = ConfigDict(
+        extra="ignore",
+        json_schema_extra={
+            "examples": [
+                {"q": "Open file", "source": "en", "target": "ja"},
+                {"q": ["Save as…", "Delete the selected files?"], "source": "en", "target": "ja", "beam_size": 4},
+            ]
+        },
+    )
+
+    q: str | list[str] = Field(description="A text, or a list of texts (answers keep the order).")
+    source: str = Field("auto", description="Source language code, or 'auto' (the pair serving the target).")
+    target: str = Field(description="Target language code, as GET /languages lists it.")
+    format: Literal["text", "html"] = Field("text", description="Only 'text' is supported.")
+    alternatives: int = Field(0, ge=0, le=7, description="Extra translations to return (beam search n-best).")
+    api_key: str | None = Field(None, description="API key, when the server requires one.")
+    beam_size: int | None = Field(None, ge=1, description="1 = greedy (default); up to the server's max_beam_size.")
+    max_length: int | None = Field(None, ge=1, description="Most tokens to generate per text.")
+    length_penalty: float = Field(1.0, ge=0.0, le=4.0, description="Beam ranking: score / length^length_penalty.")
+    return_details: bool = Field(False, description="Add tokens, scores and a cross-attention alignment.")
+
+
+class TranslateResponse(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"translatedText": "ファイルを開く"}, {"translatedText": ["設定", "閉じる"]}]}
+    )
+
+    translatedText: str | list[str]
+    alternatives: list[str] | list[list[str]] | None = None
+    detectedLanguage: dict[str, str | int] | list[dict[str, str | int]] | None = None
+    details: dict | list[dict] | None = None  # type: ignore[type-arg]
+
+
+class AttentionRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="ignore",
+        json_schema_extra={
+            "examples": [
+                {"q": "Open file", "source": "en", "target": "ja"},
+                {"q": "Open file", "source": "en", "target": "ja", "target_text": "ファイルを開く", "kinds": ["cross"]},
+                {"q": "Settings", "source": "en", "target": "ja", "layers": [0], "heads": [0, 1]},
+            ]
+        },
+    )
+
+    q: str = Field(description="One text.")
+    source: str = "auto"
+    target: str
+    target_text: str | None = Field(None, description="Force-decode this translation instead of searching.")
+    layers: list[int] | None = Field(None, description="Layer indices to return (default all).")
+    heads: list[int] | None = Field(None, description="Head indices to return (default all).")
+    kinds: list[Kind] = Field(["encoder", "decoder", "cross"], min_length=1, description="Attention kinds.")
+    beam_size: int = Field(1, ge=1, description="1 = greedy.")
+    max_length: int | None = Field(None, ge=1)
+    api_key: str | None = None
+
+
+class AttentionResponse(BaseModel):
+    """Arrays are [layer][head][query][key]: encoder [S][S], decoder [T][T] (0 above the diagonal), cross [T][S].
+
+    Query t of decoder and cross attention is the step that produced ``target_tokens[t]`` from
+    ``decoder_input_tokens[t]``; decoder self-attention keys are ``decoder_input_tokens``.
+    """
+
+    source_tokens: list[str]
+    target_tokens: list[str]
+    decoder_input_tokens: list[str]
+    translatedText: str
+    layers: dict[str, list[int]]
+    heads: list[int]
+    encoder: list[list[list[list[float]]]] | None = None
+    decoder: list[list[list[list[float]]]] | None = None
+    cross: list[list[list[list[float]]]] | None = None
+
+
+class Language(BaseModel):
+    code: str
+    name: str
+    targets: list[str]
+
+
+class ErrorResponse(BaseModel):
+    error: str = Field(description="What is wrong and how to fix it.")

@@ -1,0 +1,90 @@
+"""The service's one settings object, read from ``ATTNSERVE_*`` environment variables (and ``.env``).
+
+Built in the FastAPI lifespan (never at import) and validated there: a bad value stops start-up with a message that
+names the variable.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from typing_extensions import Annotated
+
+DEFAULT_BUNDLE = Path(__file__).resolve().parent.parent / "model" / "bundles" / "en-ja"
+
+
+class Settings(BaseSettings):
+    """Every field is an environment variable: ``ATTNSERVE_<FIELD>`` (lists as JSON or comma-separated)."""
+
+    model_config = SettingsConfigDict(env_prefix="ATTNSERVE_", env_file=".env", extra="ignore")
+
+    bundles: Annotated[list[Path], NoDecode] = Field(
+        default_factory=lambda: [DEFAULT_BUNDLE],
+        description="Bundle directories to serve, one per language pair.",
+    )
+    provider: Literal["auto", "cuda", "cpu"] = Field(
+        "auto", description="ONNX Runtime execution provider: auto = CUDA when onnxruntime-gpu sees a GPU, else CPU."
+    )
+    threads: int = Field(
+        1,
+        ge=0,
+        description="Intra-op threads per ONNX Runtime session (0 = ONNX Runtime's default, all cores). One thread "
+        "per worker is the safe choice on small machines: spinning thread pools collapse when cores are shared.",
+    )
+    host: str = Field("127.0.0.1", description="Listen address (0.0.0.0 in containers).")
+    port: int = Field(8000, ge=1, le=65535)
+
+    max_batch_size: int = Field(32, ge=1, description="Sequences decoded together (×beam); more = throughput.")
+    max_batch_tokens: int = Field(
+        8192, ge=16, description="Source tokens (padding included) in one batch; bounds memory per step."
+    )
+    max_wait_ms: float = Field(
+        5.0, ge=0, description="How long a new batch waits for more requests; latency cost vs batching gain."
+    )
+    queue_size: int = Field(256, ge=1, description="Texts waiting for a slot; beyond it requests get 503.")
+    request_timeout_s: float = Field(30.0, gt=0, description="Deadline per request; a missed one gets 504.")
+    warmup: bool = Field(True, description="Translate once at start-up before /readyz says ready.")
+
+    max_chars: int = Field(5000, ge=1, description="Characters per text (413 beyond).")
+    max_tokens: int = Field(256, ge=2, description="Source tokens per text, </s> included (413 beyond).")
+    max_texts: int = Field(64, ge=1, description="Texts in one /translate request (413 beyond).")
+    max_body_bytes: int = Field(1_000_000, ge=1024, description="Request body size (413 beyond).")
+    max_beam_size: int = Field(8, ge=1, le=8, description="Largest beam_size a request may ask for.")
+    max_length: int = Field(
+        256, ge=1, description="Largest max_length (generated tokens); the default is min(this, 2 × source + 10)."
+    )
+
+    api_keys: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="If set, /translate and /attention need one of these keys."
+    )
+    api_keys_file: Path | None = Field(None, description="A file of API keys, one per line (# comments).")
+    metrics_token: str | None = Field(None, description="If set, /metrics needs `Authorization: Bearer <token>`.")
+    cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list, description="Allowed CORS origins.")
+    log_format: Literal["text", "json"] = "text"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @field_validator("bundles", "api_keys", "cors_origins", mode="before")
+    @classmethod
+    def _split_list(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = value.strip()
+            if value.startswith("["):
+                import json
+
+                return json.loads(value)
+            return [v.strip() for v in value.split(",") if v.strip()]
+        return value
+
+    @model_validator(mode="after")
+    def _read_keys_file(self) -> Settings:
+        if self.api_keys_file is not None:
+            try:
+                lines = self.api_keys_file.read_text().splitlines()
+            except OSError as e:
+                raise ValueError(f"ATTNSERVE_API_KEYS_FILE: cannot read {self.api_keys_file}: {e}") from e
+            keys = [ln.strip() for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
+            self.api_keys = [*self.api_keys, *keys]
+        return self

@@ -229,7 +229,8 @@ class DebCatalogs:
     package: str
     deb: str
     catalogs: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # member path → raw pairs
-    copyright: str | None = None  # the text, or "see <target>" when it is a link to another package's file
+    copyright: str | None = None  # the copyright file's text
+    copyright_link: str | None = None  # where the file or the doc directory links to (another package's)
 
 
 def package_of(deb_name: str) -> str:
@@ -285,10 +286,10 @@ def read_deb(deb: Path, lang: str) -> DebCatalogs:
             for member in archive:
                 name = member.name.removeprefix("./")
                 if name == doc_dir and member.issym():
-                    result.copyright = f"see {member.linkname}"
+                    result.copyright_link = member.linkname
                 elif name == f"{doc_dir}/copyright":
                     if member.issym() or member.islnk():
-                        result.copyright = f"see {member.linkname}"
+                        result.copyright_link = member.linkname
                     elif member.isfile():
                         data = archive.extractfile(member).read()  # type: ignore[union-attr]
                         result.copyright = data.decode("utf-8", errors="replace")
@@ -320,23 +321,24 @@ _LICENSE_KEYWORDS = (  # (short name, pattern) for copyright files that are not 
 )
 
 
-def summarize_license(copyright_text: str | None) -> tuple[str, list[str]]:
+def summarize_license(copyright_text: str | None, link: str | None = None) -> tuple[str, list[str]]:
     """A short licence name for a Debian copyright file.
 
     Machine-readable files (DEP-5) give the ``License:`` of the ``Files: *`` paragraph as the main licence; other
     files give the ``/usr/share/common-licenses/`` names they cite, else keywords (GPL, LGPL, MPL, BSD, MIT, Apache).
 
     Args:
-        copyright_text: The file's text, ``"see <target>"`` when the file is a link, or None when there is none.
+        copyright_text: The file's text, or None when the package has none.
+        link: Where the file (or the package's doc directory) links to, when it is a symbolic link.
 
     Returns:
-        The main licence ("unknown" when nothing is recognized, "none" without a file, the "see ..." text for a link)
+        The main licence ("unknown" when nothing is recognized, "none" without a file, "see <target>" for a link)
         and the sorted list of every licence name found.
     """
+    if link is not None:
+        return f"see {link}", []
     if copyright_text is None:
         return "none", []
-    if copyright_text.startswith("see "):
-        return copyright_text, []
     if re.search(r"^Format:", copyright_text, re.MULTILINE) and re.search(r"^License:", copyright_text, re.MULTILINE):
         main = None
         found = set()
@@ -748,7 +750,7 @@ def build(
     packages_with_catalogs = set()
     for deb in debs:
         result = read_deb(deb, target_lang)
-        licenses[result.package] = summarize_license(result.copyright)
+        licenses[result.package] = summarize_license(result.copyright, result.copyright_link)
         for path in sorted(result.catalogs):
             catalogs += 1
             packages_with_catalogs.add(result.package)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import Tensor, nn

@@ -171,7 +171,7 @@ class Engine:
             assert a is not None
             chosen = list(range(a.shape[0])) if layers is None else layers
             body["layers"][kind] = chosen
-            body[kind] = np.round(a[chosen][:, body["heads"]], 6).tolist()
+            body[kind] = np.round(a[chosen][:, body["heads"]].astype(np.float64), 6).tolist()
         return body
 
     def check_filters(self, kinds: list[str], layers: list[int] | None, heads: list[int] | None) -> None:

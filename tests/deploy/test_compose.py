@@ -1,0 +1,77 @@
+"""docker-compose.yml and its GPU override: the Compose spec schema, the files they mount, their exposure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .conftest import REPO, run_tool
+
+COMPOSE_FILES = ["docker-compose.yml", "docker-compose.gpu.yml"]
+
+
+def load(name: str) -> dict:
+    return yaml.safe_load((REPO / name).read_text())
+
+
+@pytest.mark.parametrize("name", COMPOSE_FILES)
+def test_matches_the_compose_spec(name: str) -> None:
+    run_tool("check-jsonschema", "--builtin-schema", "vendor.compose-spec", name)
+
+
+def referenced_paths(compose: dict) -> list[str]:
+    """Every host path a compose file names: build contexts and Dockerfiles, bind mounts, env and config files."""
+    paths = []
+    for service in compose.get("services", {}).values():
+        build = service.get("build")
+        if isinstance(build, str):
+            build = {"context": build}
+        if isinstance(build, dict) and "context" in build:
+            paths.append(build["context"])
+            paths.append(str(Path(build["context"]) / build.get("dockerfile", "Dockerfile")))
+        for volume in service.get("volumes", []):
+            source = volume.get("source", "") if isinstance(volume, dict) else volume.split(":")[0]
+            if source.startswith((".", "/")):  # a bind mount, not a named volume
+                paths.append(source)
+        env_files = service.get("env_file", [])
+        paths.extend([env_files] if isinstance(env_files, str) else env_files)
+    for section in ("configs", "secrets"):
+        paths.extend(item["file"] for item in compose.get(section, {}).values() if "file" in item)
+    return paths
+
+
+@pytest.mark.parametrize("name", COMPOSE_FILES)
+def test_referenced_files_exist(name: str) -> None:
+    for path in referenced_paths(load(name)):
+        assert (REPO / path).exists(), f"{name} refers to {path}, which is not in the repository"
+
+
+def test_mounts_are_what_the_configs_expect() -> None:
+    services = load("docker-compose.yml")["services"]
+    assert {"api", "prometheus", "grafana"} <= set(services)
+    scrape = yaml.safe_load((REPO / "deploy/prometheus/prometheus.yml").read_text())["scrape_configs"]
+    assert [t for c in scrape for s in c["static_configs"] for t in s["targets"]] == ["api:8000"]
+    provider = yaml.safe_load((REPO / "deploy/grafana/provisioning/dashboards/attnserve.yml").read_text())
+    mounts = {v.split(":")[1]: v.split(":")[0] for v in services["grafana"]["volumes"]}
+    assert mounts[provider["providers"][0]["options"]["path"]] == "./deploy/grafana/dashboards"
+
+
+def test_ports_are_published_on_loopback_only() -> None:
+    for name in COMPOSE_FILES:
+        for service_name, service in load(name)["services"].items():
+            for port in service.get("ports", []):
+                assert str(port).startswith("127.0.0.1:"), f"{name}: {service_name} publishes {port} beyond loopback"
+
+
+def test_grafana_password_has_no_default() -> None:
+    password = load("docker-compose.yml")["services"]["grafana"]["environment"]["GF_SECURITY_ADMIN_PASSWORD"]
+    assert password.startswith("${GRAFANA_ADMIN_PASSWORD:?"), "compose must refuse to start without the variable"
+
+
+def test_gpu_override_reserves_a_gpu_and_builds_the_gpu_target() -> None:
+    api = load("docker-compose.gpu.yml")["services"]["api"]
+    assert api["build"]["target"] == "gpu"
+    devices = api["deploy"]["resources"]["reservations"]["devices"]
+    assert devices == [{"driver": "nvidia", "count": 1, "capabilities": ["gpu"]}]

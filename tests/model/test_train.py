@@ -1,0 +1,63 @@
+"""Training resumes exactly: weights, optimizer, schedule, data position and random state."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from model.train import Data, Trainer, TrainConfig, learning_rate
+from model.transformer import TransformerConfig
+
+CONFIG = TransformerConfig(
+    vocab_size=40, d_model=16, h=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=2, pad_id=39, decoder_start_id=39
+)
+TRAIN = TrainConfig(max_tokens=64, warmup=4, epochs=3, seed=7, checkpoint_minutes=1e9)
+
+
+def toy_data(n: int = 40) -> Data:
+    """Copy-and-shift pairs of random lengths, so that batches differ in shape."""
+    rng = np.random.default_rng(0)
+    data = Data([], [])
+    for _ in range(n):
+        s = rng.integers(2, 39, size=rng.integers(2, 9))
+        data.src.append(np.array([*s, 0], dtype=np.int32))
+        data.tgt.append(np.array([*((s + 1) % 37 + 2), 0], dtype=np.int32))
+    return data
+
+
+def test_resumed_run_reproduces_the_uninterrupted_losses(tmp_path: Path) -> None:
+    data = toy_data()
+    per_epoch = len(data.batches(TRAIN.max_tokens, TRAIN.seed, 0))
+    total = per_epoch + 3  # the resumed part crosses an epoch boundary
+
+    straight = Trainer(CONFIG, TRAIN, data, tmp_path / "straight").run(max_steps=total, show_progress=False)
+
+    first = Trainer(CONFIG, TRAIN, data, tmp_path / "resumed")
+    head = first.run(max_steps=per_epoch - 2, show_progress=False)
+    first.save(tmp_path / "resumed" / "last.pt")  # as the periodic checkpoint would
+    second = Trainer(CONFIG, TRAIN, data, tmp_path / "resumed")  # a new process finds last.pt
+    assert second.progress.step == per_epoch - 2
+    tail = second.run(max_steps=total - len(head), show_progress=False)
+
+    assert head == straight[: len(head)]
+    assert tail == pytest.approx(straight[len(head) :], abs=0, rel=0)
+    assert straight[-1] < straight[0]
+
+
+def test_batches_respect_the_token_budget_and_cover_the_data() -> None:
+    data = toy_data()
+    batches = data.batches(64, seed=1, epoch=0)
+    seen = np.concatenate(batches)
+    assert sorted(seen.tolist()) == list(range(len(data.src)))
+    for b in batches:
+        longest = max(max(len(data.src[i]), len(data.tgt[i]) + 1) for i in b)
+        assert len(b) * longest <= 64 or len(b) == 1
+    assert [b.tolist() for b in batches] != [b.tolist() for b in data.batches(64, seed=1, epoch=1)]
+
+
+def test_learning_rate_warms_up_then_decays() -> None:
+    rates = [learning_rate(step, 256, TrainConfig(warmup=100)) for step in (1, 50, 100, 400)]
+    assert rates[0] < rates[1] < rates[2] > rates[3]
+    assert rates[2] == pytest.approx(256**-0.5 * 100**-0.5)

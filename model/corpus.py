@@ -505,7 +505,7 @@ _MAYBE_CREDITS_RE = re.compile(
     r"^(?:translators?|translator credits|translated by|translation credits|your names?|your e-?mails?)[:.]?$",
     re.IGNORECASE,
 )
-_NAMES_RE = re.compile(r"[A-Za-z@,<]")
+_NAMES_RE = re.compile(r"[@,<]|\S+ \S+ \S+")  # an address, a list, or three or more names
 # Markup that leaves no words behind (kept in the pair, ignored by the format_only check); "<Any>" is a word.
 _TAG_RE = re.compile(
     r"</?(?:a|b|big|body|br|center|code|div|em|font|h[1-6]|head|hr|html|i|img|li|nobr|ol|p|pre|qt|s|small|span"
@@ -849,6 +849,11 @@ def main(argv: list[str] | None = None) -> int:
     build_parser.add_argument("--no-spm", action="store_true", help="do not train the SentencePiece model")
     build_parser.add_argument("--vocab-size", type=int, default=8000, help="SentencePiece vocabulary size")
     build_parser.add_argument("--spm-threads", type=int, default=2, help="SentencePiece training threads")
+    build_parser.add_argument(
+        "--character-coverage",
+        type=float,
+        help="SentencePiece character coverage (default 0.9995 for a CJK target language, else 1.0)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
@@ -871,7 +876,10 @@ def main(argv: list[str] | None = None) -> int:
         from model.tokenizer import train_corpus_tokenizer
 
         spm_started = time.monotonic()
-        stats = train_corpus_tokenizer(out_dir, vocab_size=args.vocab_size, num_threads=args.spm_threads)
+        coverage = args.character_coverage or (0.9995 if parse_pair(args.pair)[1] in CJK_LANGS else 1.0)
+        stats = train_corpus_tokenizer(
+            out_dir, vocab_size=args.vocab_size, num_threads=args.spm_threads, character_coverage=coverage
+        )
         summary["spm"] = stats
         (out_dir / "summary.json").write_text(
             json.dumps(summary, ensure_ascii=False, indent=1) + "\n", encoding="utf-8"

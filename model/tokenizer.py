@@ -161,7 +161,9 @@ def _both_sides(rows: Iterable[tuple[str, str, str]]) -> Iterator[str]:
         yield target
 
 
-def train_corpus_tokenizer(corpus_dir: Path, vocab_size: int = 8000, num_threads: int = 2) -> dict[str, Any]:
+def train_corpus_tokenizer(
+    corpus_dir: Path, vocab_size: int = 8000, num_threads: int = 2, character_coverage: float = 0.9995
+) -> dict[str, Any]:
     """Train ``<corpus_dir>/spm.model`` (+ ``.vocab``) on both sides of ``train.tsv`` and measure it on ``dev.tsv``.
 
     Called by ``python -m model.corpus build`` after the corpus is written (unless ``--no-spm``).
@@ -170,6 +172,8 @@ def train_corpus_tokenizer(corpus_dir: Path, vocab_size: int = 8000, num_threads
         corpus_dir: A directory written by :func:`model.corpus.build`.
         vocab_size: Number of ids.
         num_threads: Training threads.
+        character_coverage: 0.9995 suits a CJK language (the rarest kanji fall back to bytes); use 1.0 for
+            alphabets, where the last 0.05 % of characters includes letters such as German "Ö".
 
     Returns:
         The training settings and :func:`tokenizer_stats` on the dev split.
@@ -179,6 +183,7 @@ def train_corpus_tokenizer(corpus_dir: Path, vocab_size: int = 8000, num_threads
         corpus_dir / "spm",
         vocab_size,
         num_threads=num_threads,
+        character_coverage=character_coverage,
     )
     sp = spm.SentencePieceProcessor(model_file=str(model_path))
     stats = tokenizer_stats(sp, ((s, t) for s, t, _ in read_tsv(corpus_dir / "dev.tsv")))
@@ -188,6 +193,7 @@ def train_corpus_tokenizer(corpus_dir: Path, vocab_size: int = 8000, num_threads
         "model_type": "unigram",
         "normalization": "identity",
         "byte_fallback": True,
+        "character_coverage": character_coverage,
         "ids": {"eos": EOS_ID, "unk": UNK_ID, "bos": None, "pad": vocab_size - 1},
         "trained_on": "train.tsv, source and target",
         "num_threads": num_threads,

@@ -172,9 +172,7 @@ class Trainer:
         self.progress.step += 1
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate(self.progress.step, self.c.d_model, self.t)
-        autocast = (
-            torch.autocast(self.device.type, dtype=torch.bfloat16) if self.t.bf16 else contextlib.nullcontext()
-        )
+        autocast = torch.autocast(self.device.type, dtype=torch.bfloat16) if self.t.bf16 else contextlib.nullcontext()
         with autocast:
             logits = self.model(b["src"], b["src_mask"], b["tgt_in"])  # (B, T, V)
         loss = F.cross_entropy(
@@ -186,7 +184,7 @@ class Trainer:
         with torch.no_grad():  # the tied output projection trains the pad row; Marian and CTranslate2 need it zero
             self.model.src_embed.lut.weight[self.c.pad_id].zero_()
             self.model.tgt_embed.lut.weight[self.c.pad_id].zero_()
-        return float(loss), int((b["labels"] != -100).sum())
+        return loss.item(), int((b["labels"] != -100).sum())
 
     def run(self, max_steps: int | None = None, show_progress: bool = True) -> list[float]:
         """Train until ``epochs`` (or ``max_steps`` more steps); returns the losses of the steps taken."""
@@ -298,7 +296,9 @@ class Trainer:
         self._epoch_batches = None
 
 
-DEFAULT_MODEL = dict(d_model=256, h=8, d_ff=1024, n_encoder_layers=3, n_decoder_layers=3, max_positions=256)
+DEFAULT_MODEL: dict[str, Any] = dict(
+    d_model=256, h=8, d_ff=1024, n_encoder_layers=3, n_decoder_layers=3, max_positions=256
+)
 
 
 def train(corpus: Path, run_dir: Path, *, name: str, t: TrainConfig, threads: int | None = None) -> Path:
@@ -316,7 +316,7 @@ def train(corpus: Path, run_dir: Path, *, name: str, t: TrainConfig, threads: in
         eos_id=sp.eos_id(),
         unk_id=sp.unk_id(),
         decoder_start_id=sp.pad_id(),
-        **DEFAULT_MODEL,  # type: ignore[arg-type]
+        **DEFAULT_MODEL,
     )
     source_lang, target_lang = corpus.name.split("-")
     data = encode_pairs(sp, read_tsv(corpus / "train.tsv"), c.eos_id, t.max_length)

@@ -330,7 +330,7 @@ class Transformer(nn.Module):
 
     def memory_kv(self, memory: Tensor) -> list[KV]:
         """The encoder output projected by each decoder layer's encoder-decoder attention, computed once."""
-        return [layer.src_attn.project_kv(memory) for layer in self.decoder_layers]
+        return [layer.src_attn.project_kv(memory) for layer in self.decoder_layers]  # type: ignore[union-attr,operator]
 
     def decode(
         self,

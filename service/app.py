@@ -187,8 +187,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         log.exception("unexpected error on %s", request.url.path)
         return error(500, "internal error; the server logged the details")
 
-    app.add_middleware(BodyLimit, limit=s.max_body_bytes)  # type: ignore[arg-type]
+    app.add_middleware(BodyLimit, limit=s.max_body_bytes)
     if s.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=s.cors_origins, allow_methods=["*"], allow_headers=["*"])
-    app.add_middleware(RequestMetrics, metrics=lambda: holder["state"].metrics if "state" in holder else None)  # type: ignore[arg-type]
+    app.add_middleware(RequestMetrics, metrics=lambda: holder["state"].metrics if "state" in holder else None)
     return app

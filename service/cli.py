@@ -8,8 +8,12 @@ import importlib
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from service.settings import Settings
 
 MODEL_COMMANDS = ("train", "evaluate", "export", "import-marian", "export-marian")
 
@@ -63,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     return local(args, settings)
 
 
-def serve(settings: Settings) -> int:  # noqa: F821 - imported lazily above
+def serve(settings: Settings) -> int:
     import uvicorn
 
     from service.app import create_app
@@ -72,7 +76,7 @@ def serve(settings: Settings) -> int:  # noqa: F821 - imported lazily above
     return 0
 
 
-def local(args: argparse.Namespace, settings: Settings) -> int:  # noqa: F821
+def local(args: argparse.Namespace, settings: Settings) -> int:
     from service.bundle import BundleError
     from service.engine import Engine, InputError, Options
 
@@ -94,7 +98,7 @@ def local(args: argparse.Namespace, settings: Settings) -> int:  # noqa: F821
         return 2
 
 
-def print_attention(body: dict) -> None:  # type: ignore[type-arg]
+def print_attention(body: dict[str, Any]) -> None:
     """Per layer and head: the entropy (how spread the weights are) and, for cross-attention, which source token
     each target token attends to most."""
     src, tgt = body["source_tokens"], body["target_tokens"]

@@ -285,7 +285,7 @@ class BatchDecoder:
             for r in self.rows:
                 r.start -= first
         S = int(self.encoder_mask.sum(axis=1).max())
-        if S * 4 <= self.encoder_mask.shape[1] * 3:
+        if self.encoder_mask.shape[1] * 3 >= S * 4:
             self.cross_keys = self.cross_keys[:, :, :, :S]
             self.cross_values = self.cross_values[:, :, :, :S]
             self.encoder_mask = self.encoder_mask[:, :S]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -141,7 +142,7 @@ class Engine:
         self,
         request: DecodeRequest,
         result: DecodeResult,
-        kinds: list[str],
+        kinds: Sequence[str],
         layers: list[int] | None,
         heads: list[int] | None,
     ) -> dict[str, Any]:
@@ -174,7 +175,7 @@ class Engine:
             body[kind] = np.round(a[chosen][:, body["heads"]].astype(np.float64), 6).tolist()
         return body
 
-    def check_filters(self, kinds: list[str], layers: list[int] | None, heads: list[int] | None) -> None:
+    def check_filters(self, kinds: Sequence[str], layers: list[int] | None, heads: list[int] | None) -> None:
         """Raises InputError (422) for a layer or head index that does not exist in the requested kinds."""
         spec = self.bundle.spec
         for kind in kinds:

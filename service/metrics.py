@@ -36,14 +36,18 @@ class Metrics:
         r = self.registry = CollectorRegistry()
         ProcessCollector(registry=r)
         p = "attnserve_"
-        self.requests = Counter(p + "requests_total", "HTTP requests by endpoint and status.", ["endpoint", "status"], registry=r)
+        self.requests = Counter(
+            p + "requests_total", "HTTP requests by endpoint and status.", ["endpoint", "status"], registry=r
+        )
         self.request_duration = Histogram(
             p + "request_duration_seconds", "HTTP request latency.", ["endpoint"], buckets=LATENCY_BUCKETS, registry=r
         )
         self.queue_wait = Histogram(
             p + "queue_wait_seconds", "Time a text waited in the queue.", buckets=LATENCY_BUCKETS, registry=r
         )
-        self.batch_size = Histogram(p + "batch_size", "Rows (hypotheses) per decoding step.", buckets=SIZE_BUCKETS, registry=r)
+        self.batch_size = Histogram(
+            p + "batch_size", "Rows (hypotheses) per decoding step.", buckets=SIZE_BUCKETS, registry=r
+        )
         self.batch_tokens = Histogram(
             p + "batch_tokens", "Padded source tokens held by the batch per step.", buckets=TOKEN_BUCKETS, registry=r
         )
@@ -58,7 +62,10 @@ class Metrics:
         self.active_sequences = Gauge(p + "active_sequences", "Rows being decoded.", registry=r)
         self.rejected = Counter(p + "rejected_total", "Requests refused, by reason.", ["reason"], registry=r)
         self.model_info = Gauge(
-            p + "model_info", "Loaded bundles (value 1).", ["name", "source_lang", "target_lang", "provider"], registry=r
+            p + "model_info",
+            "Loaded bundles (value 1).",
+            ["name", "source_lang", "target_lang", "provider"],
+            registry=r,
         )
         for reason in REJECT_REASONS:
             self.rejected.labels(reason)

@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import cast
 
 from service.decoding import BatchDecoder, DecodeRequest, DecodeResult
 
@@ -198,7 +199,7 @@ class Scheduler:
         batch_tokens = rows * self.decoder.encoder_mask.shape[1]
         done, decode_seconds = self.decoder.step()
         for key, result in done:
-            entry = self._active.pop(key)
+            entry = self._active.pop(cast(int, key))
             loop.call_soon_threadsafe(_resolve, entry.future, result)
         self._step_seconds = 0.9 * self._step_seconds + 0.1 * (encode_seconds + decode_seconds)
         return StepStats(

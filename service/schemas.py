@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -42,7 +42,7 @@ class TranslateResponse(BaseModel):
     translatedText: str | list[str]
     alternatives: list[str] | list[list[str]] | None = None
     detectedLanguage: dict[str, str | int] | list[dict[str, str | int]] | None = None
-    details: dict | list[dict] | None = None  # type: ignore[type-arg]
+    details: dict[str, Any] | list[dict[str, Any]] | None = None
 
 
 class AttentionRequest(BaseModel):

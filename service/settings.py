@@ -7,11 +7,10 @@ names the variable.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
-from typing_extensions import Annotated
 
 DEFAULT_BUNDLE = Path(__file__).resolve().parent.parent / "model" / "bundles" / "en-ja"
 

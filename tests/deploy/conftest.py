@@ -21,12 +21,12 @@ def require_tool(name: str) -> str:
     """Path of a command-line tool, looked up in this virtual environment first, then on PATH.
 
     A missing tool skips the test, except in CI (CI=true), where it fails it: CI installs every tool
-    (docs/DEPLOY.md, "What is checked").
+    (docs/DEPLOY.md, "What was checked").
     """
     beside_python = Path(sys.executable).parent / name
     found = str(beside_python) if os.access(beside_python, os.X_OK) else shutil.which(name)
     if found is None:
-        message = f"{name} is not installed (see docs/DEPLOY.md, 'What is checked')"
+        message = f"{name} is not installed (see docs/DEPLOY.md, 'What was checked')"
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)

@@ -165,6 +165,14 @@ def test_keep_pair(source: str, target: str, reason: str | None) -> None:
     assert keep_pair(source, target, "ja") == reason
 
 
+def test_keep_pair_german() -> None:
+    assert keep_pair("Translated by", "Übersetzung von", "de") is None
+    assert keep_pair("Your name", "Dein Name", "de") is None
+    assert keep_pair("Translators", "Thomas Diehl, Frederik Schwarzer", "de") == "credits"
+    assert keep_pair("Ordered list", "Geordnete Liste", "de") is None  # no_target_script is for CJK only
+    assert keep_pair("Status", "Status", "de") == "same"
+
+
 def test_cjk_width_ratio_keeps_a_good_japanese_pair() -> None:
     source, target = "Automatically check for updates at startup", "起動時に更新を自動確認"
     assert display_width(target) == 2 * len(target)

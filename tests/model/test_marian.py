@@ -47,7 +47,7 @@ def random_marian(out_dir: Path, spm: Path) -> Path:
     torch.manual_seed(0)
     model = MarianMTModel(config)
     with torch.no_grad():  # large enough weights that outputs depend on the input
-        for name, p in model.named_parameters():
+        for p in model.parameters():
             if p.dim() > 1:
                 p.normal_(0.0, 0.3)
         model.model.shared.weight[V - 1].zero_()

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from model.train import Data, Trainer, TrainConfig, learning_rate
+from model.train import Data, TrainConfig, Trainer, learning_rate
 from model.transformer import TransformerConfig
 
 CONFIG = TransformerConfig(

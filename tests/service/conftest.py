@@ -1,0 +1,72 @@
+"""A real uvicorn on loopback, serving a tiny random bundle, for the service tests."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from service.app import create_app
+from service.settings import Settings
+
+
+class Server:
+    def __init__(self, settings: Settings) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=self.port, log_level="warning")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> Server:
+        self.thread.start()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(self.url + "/readyz", timeout=1).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError("the server did not become ready")
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+
+    def client(self, **kw: Any) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=60, **kw)
+
+
+ServerFactory = Callable[..., Server]
+
+
+@pytest.fixture
+def make_server(tiny_bundle: Path) -> Iterator[ServerFactory]:
+    """Start servers with settings overrides; all are stopped after the test."""
+    started: list[Server] = []
+
+    def start(**overrides: Any) -> Server:
+        server = Server(Settings(bundles=[tiny_bundle], **overrides)).__enter__()
+        started.append(server)
+        return server
+
+    yield start
+    for s in started:
+        s.__exit__()
+
+
+@pytest.fixture(scope="module")
+def server(tiny_bundle: Path) -> Iterator[Server]:
+    """One server with the default settings, shared by a module's tests."""
+    with Server(Settings(bundles=[tiny_bundle], max_wait_ms=20)) as s:
+        yield s

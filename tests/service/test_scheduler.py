@@ -1,0 +1,139 @@
+"""The batching loop without a model: a fake runner whose next token depends only on a row's own inputs."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from service.bundle import ModelSpec
+from service.decoding import BatchDecoder, DecodeRequest
+from service.runner import EncoderOutput, StepOutput
+from service.scheduler import DeadlineExceeded, QueueFull, Scheduler, StepStats
+
+SPEC = ModelSpec(
+    vocab_size=16, d_model=4, h=2, n_encoder_layers=1, n_decoder_layers=1, max_positions=64,
+    pad_id=15, eos_id=0, unk_id=1, decoder_start_id=15,
+)  # fmt: skip
+
+
+class FakeRunner:
+    """Sequence i emits tokens src[0]+1, src[0]+2, ... and </s> after len(src) tokens."""
+
+    spec = SPEC
+
+    def __init__(self) -> None:
+        self.step_rows: list[int] = []
+
+    def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> EncoderOutput:
+        B, S = input_ids.shape
+        lengths = attention_mask.sum(1)
+        keys = np.zeros((1, B, 2, S, 2), np.float32)
+        keys[0, :, 0, 0, 0] = input_ids[:, 0]  # remember the first token and the length in the cross keys
+        keys[0, :, 0, 0, 1] = lengths
+        return EncoderOutput(np.zeros((1, B, 2, S, S), np.float32), keys, keys.copy())
+
+    def step(
+        self,
+        input_ids,
+        position_ids,
+        encoder_attention_mask,
+        self_attention_mask,
+        cross_keys,
+        cross_values,
+        past_keys,
+        past_values,
+    ) -> StepOutput:  # type: ignore[no-untyped-def]
+        B = input_ids.shape[0]
+        self.step_rows.append(B)
+        first, length = cross_keys[0, :, 0, 0, 0], cross_keys[0, :, 0, 0, 1]
+        t = position_ids[:, 0] + 1
+        nxt = np.where(t >= length, 0, (first + t) % 14 + 1).astype(int)
+        logits = np.full((B, 16), -10.0, np.float32)
+        logits[np.arange(B), nxt] = 10.0
+        T = self_attention_mask.shape[1]
+        kv = np.zeros((1, B, 2, T, 2), np.float32)
+        return StepOutput(
+            logits,
+            kv,
+            kv.copy(),
+            np.zeros((1, B, 2, T), np.float32),
+            np.zeros((1, B, 2, cross_keys.shape[3]), np.float32),
+        )
+
+
+def expected(src: list[int]) -> list[int]:
+    return [(src[0] + t) % 14 + 1 for t in range(1, len(src))] + [0]
+
+
+async def run(scheduler: Scheduler, requests: list[DecodeRequest], timeout: float = 10) -> list:
+    await scheduler.start()
+    try:
+        return await asyncio.gather(*scheduler.submit_many(requests, timeout), return_exceptions=True)
+    finally:
+        await scheduler.stop()
+
+
+def test_continuous_batching_answers_each_caller() -> None:
+    runner = FakeRunner()
+    stats: list[StepStats] = []
+    scheduler = Scheduler(BatchDecoder(runner), max_batch_size=4, max_wait_ms=1, on_step=stats.append)  # type: ignore[arg-type]
+    srcs = [[i + 2] + [3] * (i % 7) + [0] for i in range(20)]
+    results = asyncio.run(run(scheduler, [DecodeRequest(src=s, max_length=20) for s in srcs]))
+    assert [r.hypotheses[0].tokens for r in results] == [expected(s) for s in srcs]
+    assert max(runner.step_rows) == 4  # the batch limit holds
+    assert sum(s.admitted for s in stats) == 20
+    # Texts joined while others were decoding: some steps admitted into a non-empty batch.
+    assert any(s.admitted and s.rows > s.admitted for s in stats)
+
+
+def test_token_budget_limits_the_batch() -> None:
+    runner = FakeRunner()
+    scheduler = Scheduler(BatchDecoder(runner), max_batch_size=32, max_batch_tokens=20, max_wait_ms=1)  # type: ignore[arg-type]
+    srcs = [[2] + [3] * 8 + [0] for _ in range(8)]  # 10 tokens each: two rows fit
+    asyncio.run(run(scheduler, [DecodeRequest(src=s, max_length=20) for s in srcs]))
+    assert max(runner.step_rows) == 2
+
+
+def test_queue_full_and_deadline() -> None:
+    scheduler = Scheduler(BatchDecoder(FakeRunner()), queue_size=3)  # type: ignore[arg-type]
+
+    async def go() -> list:
+        await scheduler.start()
+        try:
+            with pytest.raises(QueueFull) as full:
+                scheduler.submit_many([DecodeRequest(src=[2, 0])] * 4, 10)
+            assert full.value.retry_after >= 1
+            return await asyncio.gather(
+                *scheduler.submit_many([DecodeRequest(src=[2, 0])], 0.0), return_exceptions=True
+            )
+        finally:
+            await scheduler.stop()
+
+    (result,) = asyncio.run(go())
+    assert isinstance(result, DeadlineExceeded)
+
+
+def test_cancelled_request_frees_its_rows() -> None:
+    runner = FakeRunner()
+    scheduler = Scheduler(BatchDecoder(runner), max_wait_ms=0)  # type: ignore[arg-type]
+
+    async def go() -> int:
+        await scheduler.start()
+        try:
+            long = DecodeRequest(src=[2] + [3] * 60 + [0], max_length=64)
+            (future,) = scheduler.submit_many([long], 10)
+            while scheduler.active_sequences == 0:
+                await asyncio.sleep(0.001)
+            future.cancel()
+            for _ in range(100):
+                if scheduler.active_sequences == 0:
+                    break
+                await asyncio.sleep(0.005)
+            return scheduler.active_sequences
+        finally:
+            await scheduler.stop()
+
+    assert asyncio.run(go()) == 0
+    assert len(runner.step_rows) < 60

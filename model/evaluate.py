@@ -1,0 +1,118 @@
+"""Score a bundle on the corpus' test split: chrF (primary) and BLEU with sacrebleu, greedy and beam 4, decoding
+through the bundle with the service's own decoder; and a translation-memory baseline (for each test source, the
+target of the most similar training source by fuzzy match — what localization tools offer without MT).
+
+BLEU on Japanese uses sacrebleu's character tokenization (``tokenize="char"``): no word segmenter is needed and
+the score does not depend on one. chrF is sacrebleu's default chrF2 (character 6-grams, β = 2).
+
+    attnserve evaluate model/bundles/en-ja --corpus ~/.cache/attnserve/corpus/en-ja --write
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import sacrebleu
+from rapidfuzz import fuzz, process
+from tqdm import tqdm
+
+from model.train import read_tsv
+from service.bundle import load_bundle
+from service.decoding import DecodeRequest, decode
+from service.runner import Runner
+
+log = logging.getLogger(__name__)
+
+# Common UI strings for the model card (none is taken from the test split on purpose; some are in training data).
+UI_STRINGS = [
+    "Open file",
+    "Save as…",
+    "Delete the selected files?",
+    "Settings",
+    "Cancel",
+    "Close window",
+    "Print the current document",
+    "Could not open %s: permission denied",
+    "The file {0} already exists. Replace it?",
+    "Undo",
+    "Copy to clipboard",
+    "Search",
+    "Preferences",
+    "About this application",
+    "Quit",
+    "New folder",
+    "Rename file",
+    "Show hidden files",
+    "Downloading %d files…",
+    "An error occurred while saving the document.",
+]
+
+
+def translate(runner: Runner, texts: list[str], beam_size: int, batch_size: int = 48) -> list[str]:
+    """Batched decoding with the service's decoder, sorted by length to cut padding."""
+    tok = runner.bundle.tokenizer
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    out = [""] * len(texts)
+    for start in tqdm(range(0, len(order), batch_size), desc=f"beam {beam_size}", unit="batch", leave=False):
+        idx = order[start : start + batch_size]
+        requests = []
+        for i in idx:
+            src = tok.encode_source(texts[i])[: runner.spec.max_positions]
+            requests.append(DecodeRequest(src=src, beam_size=beam_size, max_length=min(2 * len(src) + 10, 256)))
+        for i, result in zip(idx, decode(runner, requests), strict=True):
+            out[i] = tok.decode(result.hypotheses[0].tokens)
+    return out
+
+
+def translation_memory(train: list[tuple[str, str]], sources: list[str]) -> list[str]:
+    """For each source, the target of the most similar training source (rapidfuzz's ratio: edit-distance based)."""
+    train_sources = [s for s, _ in train]
+    out = []
+    for s in tqdm(sources, desc="translation memory", unit="text", leave=False):
+        match = process.extractOne(s, train_sources, scorer=fuzz.ratio)
+        out.append(train[match[2]][1] if match else "")
+    return out
+
+
+def scores(hyps: list[str], refs: list[str]) -> dict[str, float]:
+    return {
+        "chrF": round(float(sacrebleu.corpus_chrf(hyps, [refs]).score), 2),
+        "BLEU": round(float(sacrebleu.corpus_bleu(hyps, [refs], tokenize="char").score), 2),
+    }
+
+
+def evaluate(bundle_dir: Path, corpus: Path, *, limit: int | None = None, write: bool = False) -> dict[str, Any]:
+    """Score greedy, beam 4 and the TM baseline; print a table; with ``write``, record them in the manifest."""
+    test = read_tsv(corpus / "test.tsv")[:limit]
+    sources, refs = [s for s, _ in test], [t for _, t in test]
+    runner = Runner(load_bundle(bundle_dir), "cpu", threads=0)
+    results: dict[str, Any] = {}
+    for name, beam in (("greedy", 1), ("beam 4", 4)):
+        t0 = time.perf_counter()
+        hyps = translate(runner, sources, beam)
+        results[name] = {**scores(hyps, refs), "seconds": round(time.perf_counter() - t0, 1)}
+    results["translation memory"] = scores(translation_memory(read_tsv(corpus / "train.tsv"), sources), refs)
+    samples = translate(runner, UI_STRINGS, 4)
+    report = {
+        "test_set": f"{corpus.name} test split ({len(test)} pairs, {corpus / 'test.tsv'})",
+        "results": results,
+        "samples": dict(zip(UI_STRINGS, samples, strict=True)),
+    }
+    print(json.dumps(report, indent=2, ensure_ascii=False))
+    if write:
+        manifest_path = bundle_dir / "manifest.json"
+        manifest = json.loads(manifest_path.read_text())
+        command = f"attnserve evaluate {bundle_dir} --corpus {corpus}" + (f" --limit {limit}" if limit else "")
+        manifest["scores"] = [
+            {"metric": metric, "value": value, "decoding": name, "test_set": report["test_set"], "command": command}
+            for name, r in results.items()
+            for metric, value in r.items()
+            if metric != "seconds"
+        ]
+        manifest_path.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+        log.info("wrote the scores into %s", manifest_path)
+    return report

@@ -1,0 +1,33 @@
+"""Evaluation plumbing on a tiny bundle and a hand-made corpus (no real model, no download)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from model.evaluate import evaluate, scores, translation_memory
+
+
+def test_translation_memory_takes_the_closest_training_source() -> None:
+    train = [("Open file", "ファイルを開く"), ("Close window", "ウィンドウを閉じる"), ("Settings", "設定")]
+    assert translation_memory(train, ["Open the file", "Close windows"]) == ["ファイルを開く", "ウィンドウを閉じる"]
+
+
+def test_scores_are_sacrebleus() -> None:
+    assert scores(["ファイルを開く"], ["ファイルを開く"]) == {"chrF": 100.0, "BLEU": 100.0}
+    assert scores(["xyz"], ["設定"])["chrF"] == 0.0
+
+
+def test_evaluate_writes_scores_into_the_manifest(tiny_bundle: Path, tmp_path: Path) -> None:
+    corpus = tmp_path / "en-ja"
+    corpus.mkdir()
+    (corpus / "train.tsv").write_text("Open file\tファイルを開く\tpkg\nSettings\t設定\tpkg\n")
+    (corpus / "test.tsv").write_text("Open the file\tファイルを開く\tpkg\nSettings\t設定\tpkg\n")
+    bundle = shutil.copytree(tiny_bundle, tmp_path / "bundle")
+    report = evaluate(bundle, corpus, write=True)
+    assert report["results"]["translation memory"]["chrF"] == 100.0
+    assert len(report["samples"]) == 20
+    recorded = json.loads((bundle / "manifest.json").read_text())["scores"]
+    assert {(s["decoding"], s["metric"]) for s in recorded} >= {("greedy", "chrF"), ("beam 4", "chrF")}
+    assert all(s["command"].startswith("attnserve evaluate") for s in recorded)

@@ -701,7 +701,7 @@ def download_debs(packages: Iterable[str], debs_dir: Path) -> list[str]:
     return still_missing
 
 
-def _write_tsv(path: Path, rows: Iterable[tuple[str, str, str]]) -> None:
+def _write_tsv(path: Path, rows: Iterable[tuple[str, ...]]) -> None:
     with path.open("w", encoding="utf-8", newline="\n") as f:
         for row in rows:
             f.write("\t".join(row) + "\n")

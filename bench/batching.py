@@ -1,0 +1,149 @@
+"""Dynamic batching on versus off, in one run: 32 closed-loop clients against `attnserve serve` on loopback.
+
+Starts the server twice (ATTNSERVE_MAX_BATCH_SIZE=32, then =1), each time sends texts from the test split for a
+fixed time with every client waiting for its answer before sending the next, and reports sentences/s and
+p50/p95/p99 latency. Writes its section of docs/BENCHMARKS.md.
+
+    python bench/batching.py --bundle model/bundles/en-ja --seconds 60
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import random
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = Path.home() / ".cache" / "attnserve" / "corpus" / "en-ja" / "test.tsv"
+FALLBACK = ["Open file", "Save as…", "Delete the selected files?", "Settings", "Could not open %s: permission denied"]
+
+
+def texts(path: Path, n: int = 1000) -> list[str]:
+    if not path.exists():
+        return FALLBACK
+    lines = [ln.split("\t")[0] for ln in path.read_text(encoding="utf-8").splitlines()]
+    return random.Random(0).sample(lines, min(n, len(lines)))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Served:
+    """`attnserve serve` in a subprocess with extra environment."""
+
+    def __init__(self, bundle: Path, env: dict[str, str]) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        environment = {**os.environ, "ATTNSERVE_LOG_LEVEL": "warning", **env}
+        attnserve = str(Path(sys.executable).with_name("attnserve"))
+        command = [attnserve, "serve", "--bundle", str(bundle), "--port", str(self.port)]
+        self.process = subprocess.Popen(command, env=environment, cwd=ROOT)
+
+    def __enter__(self) -> Served:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(self.url + "/readyz", timeout=1).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                time.sleep(0.2)
+        raise RuntimeError("the server did not become ready")
+
+    def __exit__(self, *exc: object) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=30)
+
+
+async def closed_loop(url: str, sentences: list[str], clients: int, seconds: float) -> dict[str, float]:
+    latencies: list[float] = []
+    stop = time.monotonic() + seconds
+    rng = random.Random(1)
+
+    async def client(c: httpx.AsyncClient) -> None:
+        while time.monotonic() < stop:
+            body = {"q": rng.choice(sentences), "source": "en", "target": "ja"}
+            t0 = time.perf_counter()
+            r = await c.post("/translate", json=body)
+            r.raise_for_status()
+            latencies.append(time.perf_counter() - t0)
+
+    t0 = time.monotonic()
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=httpx.Limits(max_connections=clients)) as c:
+        await asyncio.gather(*(client(c) for _ in range(clients)))
+    elapsed = time.monotonic() - t0
+    p50, p95, p99 = np.percentile(latencies, [50, 95, 99])
+    return {
+        "sentences/s": len(latencies) / elapsed,
+        "p50": p50,
+        "p95": p95,
+        "p99": p99,
+        "n": len(latencies),
+    }
+
+
+def write_section(name: str, body: str) -> None:
+    """Replace (or append) the ``<!-- bench:name -->`` section of docs/BENCHMARKS.md."""
+    path = ROOT / "docs" / "BENCHMARKS.md"
+    text = path.read_text() if path.exists() else "# Benchmarks\n\nWritten by the scripts in bench/.\n"
+    start, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
+    block = f"{start}\n{body.rstrip()}\n{end}"
+    if start in text:
+        text = text[: text.index(start)] + block + text[text.index(end) + len(end) :]
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    path.write_text(text)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bundle", type=Path, default=ROOT / "model" / "bundles" / "en-ja")
+    ap.add_argument("--texts", type=Path, default=CORPUS, help="TSV whose first column is the source text")
+    ap.add_argument("--clients", type=int, default=32)
+    ap.add_argument("--seconds", type=float, default=60)
+    args = ap.parse_args()
+    sentences = texts(args.texts)
+    rows = {}
+    for label, env in (("batching on (max_batch_size 32)", "32"), ("batching off (max_batch_size 1)", "1")):
+        with Served(args.bundle, {"ATTNSERVE_MAX_BATCH_SIZE": env, "ATTNSERVE_THREADS": "1"}) as server:
+            asyncio.run(closed_loop(server.url, sentences, args.clients, 5))  # warm-up
+            rows[label] = asyncio.run(closed_loop(server.url, sentences, args.clients, args.seconds))
+        print(label, {k: round(v, 3) for k, v in rows[label].items()}, flush=True)
+    on, off = rows.values()
+    ratio = on["sentences/s"] / off["sentences/s"]
+    table = "\n".join(
+        f"| {label} | {r['sentences/s']:.1f} | {r['p50'] * 1000:.0f} | "
+        f"{r['p95'] * 1000:.0f} | {r['p99'] * 1000:.0f} | {r['n']:.0f} |"
+        for label, r in rows.items()
+    )
+    source = args.texts if args.texts.exists() else "built-in list"
+    body = f"""## Dynamic batching (bench/batching.py)
+
+`python bench/batching.py --bundle {os.path.relpath(args.bundle, ROOT)} --seconds {args.seconds:g}` —
+{args.clients} closed-loop clients on loopback, {len(sentences)} source texts ({source}),
+greedy, one ONNX Runtime thread, on {platform.machine()} with {os.cpu_count()} cores ({platform.processor() or "cpu"}).
+
+| server | sentences/s | p50 ms | p95 ms | p99 ms | requests |
+|---|---|---|---|---|---|
+{table}
+
+Batching on / off throughput: **{ratio:.1f}×**.
+"""
+    write_section("batching", body)
+    print(f"throughput ratio {ratio:.2f}x; wrote docs/BENCHMARKS.md")
+
+
+if __name__ == "__main__":
+    main()

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # imported where used, so that the test can skip cleanly when playwright is missing
-    from playwright.sync_api import Browser, Page
+    from playwright.sync_api import Browser, Page, ViewportSize
 
 CHROMIUM = "/usr/bin/chromium"
 # Headless, and nothing that phones home: the page must work offline, and the test records every request.
@@ -28,7 +28,7 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-DESKTOP = {"width": 1280, "height": 800}
+DESKTOP: ViewportSize = {"width": 1280, "height": 800}
 
 
 @contextmanager

@@ -146,8 +146,10 @@ class Scheduler:
                 await asyncio.sleep(self.max_wait)  # let a batch form
             self._expire(loop.time())
             admitted = self._take() if (self.continuous or not self._active) else []
+            if not admitted and not self._active:
+                continue  # everything waiting was cancelled or expired
             try:
-                stats = await loop.run_in_executor(self._executor, self._iterate, admitted, loop.time())
+                stats = await loop.run_in_executor(self._executor, self._iterate, admitted, loop.time(), loop)
             except Exception as e:  # a runner failure fails the texts it was decoding, never the loop
                 log.exception("decoding failed")
                 for entry in [*admitted, *self._active.values()]:
@@ -189,9 +191,8 @@ class Scheduler:
                 self.decoder.cancel(key)
                 del self._active[key]
 
-    def _iterate(self, admitted: list[_Entry], now: float) -> StepStats:
+    def _iterate(self, admitted: list[_Entry], now: float, loop: asyncio.AbstractEventLoop) -> StepStats:
         """Runs on the worker thread: admit, one step, hand finished results back to the loop."""
-        loop = admitted[0].future.get_loop() if admitted else next(iter(self._active.values())).future.get_loop()
         encode_seconds = self.decoder.admit([(e.key, e.request) for e in admitted])
         for e in admitted:
             self._active[e.key] = e

@@ -43,8 +43,8 @@ class Server:
         self.server.should_exit = True
         self.thread.join(timeout=30)
 
-    def client(self, **kw: Any) -> httpx.Client:
-        return httpx.Client(base_url=self.url, timeout=60, **kw)
+    def client(self, timeout: float = 60, **kw: Any) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=timeout, **kw)
 
 
 ServerFactory = Callable[..., Server]

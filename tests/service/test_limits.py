@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import httpx
 import pytest
@@ -110,3 +111,22 @@ def test_metrics_token(make_server: ServerFactory) -> None:
         assert c.get("/metrics").status_code == 401
         assert c.get("/metrics", headers={"Authorization": "Bearer wrong"}).status_code == 403
         assert c.get("/metrics", headers={"Authorization": "Bearer m-token"}).status_code == 200
+
+
+def test_a_caller_that_went_away_frees_its_rows(make_server: ServerFactory) -> None:
+    server = make_server(max_batch_size=4, max_wait_ms=0)
+    body = {**OK, "q": ["Delete the selected files?"] * 48, "max_length": 250}  # random weights: no early </s>
+
+    def active() -> float:
+        with server.client() as c:
+            line = next(ln for ln in c.get("/metrics").text.splitlines() if ln.startswith("attnserve_active_sequences"))
+        return float(line.split()[1])
+
+    with pytest.raises(httpx.ReadTimeout), server.client(timeout=0.3) as c:
+        c.post("/translate", json=body)
+    for _ in range(100):  # the route polls for the disconnect every 0.25 s
+        if active() == 0:
+            break
+        time.sleep(0.05)
+    assert active() == 0
+    still_serving(server)

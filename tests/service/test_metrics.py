@@ -42,8 +42,11 @@ def test_every_metric_is_nonzero_after_traffic(make_server: ServerFactory) -> No
     async def traffic() -> tuple[list[httpx.Response], dict[str, float]]:
         async with httpx.AsyncClient(base_url=server.url, timeout=60) as c:
             load = [asyncio.ensure_future(c.post("/translate", json=body)) for _ in range(30)]
-            await asyncio.sleep(0.3)  # gauges are read while the load is on
-            during = samples((await c.get("/metrics")).text)
+            during: dict[str, float] = {}
+            while not all(f.done() for f in load):  # gauges are read while the load is on
+                for name, value in samples((await c.get("/metrics")).text).items():
+                    during[name] = max(during.get(name, 0.0), value)
+                await asyncio.sleep(0.01)
             return list(await asyncio.gather(*load)), during
 
     responses, during = asyncio.run(traffic())

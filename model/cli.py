@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("checkpoint", type=Path)
     p.add_argument("out_dir", type=Path)
     p.add_argument("--force", action="store_true", help="replace an existing bundle")
+    p.add_argument("--int8", action="store_true", help="also write int8 (dynamically quantized) graphs")
 
     p = sub.add_parser("evaluate", help="chrF and BLEU of a bundle on the test split, and the TM baseline")
     p.add_argument("bundle", type=Path)
@@ -61,9 +62,12 @@ def main(argv: list[str]) -> int:
             t = TrainConfig(epochs=args.epochs, max_tokens=args.max_tokens, warmup=args.warmup, bf16=args.bf16)
             print(train(args.corpus, args.run, name=args.name, t=t, threads=args.threads))
         elif args.command == "export":
-            from model.export import export_checkpoint
+            from model.export import add_int8, export_checkpoint
 
-            print(export_checkpoint(args.checkpoint, args.out_dir, force=args.force))
+            bundle = export_checkpoint(args.checkpoint, args.out_dir, force=args.force)
+            if args.int8:
+                add_int8(bundle)
+            print(bundle)
         elif args.command == "evaluate":
             from model.evaluate import evaluate
 

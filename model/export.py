@@ -345,6 +345,27 @@ def export_bundle(
     return out_dir
 
 
+def add_int8(bundle_dir: Path) -> None:
+    """Add int8 graphs (ONNX Runtime dynamic quantization of every MatMul weight) as the ``int8`` variant.
+
+    The graphs are first optimized offline (transposes of weights folded into initializers) so that the
+    quantizer sees constant MatMul weights. The float32 graphs stay: /attention serves exact weights from them,
+    and they carry the weights for ``export-marian``.
+    """
+    from onnxruntime.quantization import QuantType, quant_pre_process, quantize_dynamic
+
+    manifest = json.loads((bundle_dir / "manifest.json").read_text())
+    variant = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for role in ("encoder", "decoder"):
+            prepared = Path(tmp) / f"{role}.onnx"
+            quant_pre_process(bundle_dir / manifest["graphs"][role], prepared, skip_symbolic_shape=True)
+            quantize_dynamic(prepared, bundle_dir / f"{role}.int8.onnx", weight_type=QuantType.QInt8)
+            variant[role] = f"{role}.int8.onnx"
+    manifest["graphs"]["int8"] = variant
+    write_manifest(bundle_dir, manifest)
+
+
 def export_checkpoint(checkpoint: Path, out_dir: Path, force: bool = False) -> Path:
     """``attnserve export CHECKPOINT OUT_DIR``: a checkpoint written by model/train.py to a bundle."""
     ckpt = torch.load(checkpoint, map_location="cpu", weights_only=False)

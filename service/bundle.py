@@ -106,8 +106,23 @@ class Bundle:
     def target_lang(self) -> str:
         return str(self.manifest["target_lang"])
 
-    def graph(self, role: str) -> Path:
-        return self.path / self.manifest["graphs"][role]
+    @property
+    def variants(self) -> list[str]:
+        """Graph variants besides float32 (e.g. ``int8``), as the manifest lists them."""
+        return ["float32", *(k for k, v in self.manifest["graphs"].items() if isinstance(v, dict))]
+
+    def graph(self, role: str, variant: str = "float32") -> Path:
+        """The file of the ``encoder`` or ``decoder`` graph of a variant.
+
+        Raises:
+            BundleError: the bundle has no such variant.
+        """
+        graphs = self.manifest["graphs"]
+        if variant == "float32":
+            return self.path / graphs[role]
+        if variant not in self.variants:
+            raise BundleError(f"{self.path}: no {variant!r} graphs; this bundle has {self.variants}")
+        return self.path / graphs[variant][role]
 
 
 def load_bundle(path: Path, verify: bool = True) -> Bundle:
@@ -131,7 +146,9 @@ def load_bundle(path: Path, verify: bool = True) -> Bundle:
         raise BundleError(f"{manifest_path}: format {manifest.get('format')!r}, expected {FORMAT!r}")
     hashes: dict[str, str] = manifest.get("sha256", {})
     tok = manifest["tokenizer"]
-    needed = {manifest["graphs"]["encoder"], manifest["graphs"]["decoder"], tok["source"], tok["target"]}
+    needed = {tok["source"], tok["target"]}
+    for graphs in (manifest["graphs"], *(v for v in manifest["graphs"].values() if isinstance(v, dict))):
+        needed |= {graphs["encoder"], graphs["decoder"]}
     if tok.get("vocab"):
         needed.add(tok["vocab"])
     for name in sorted(needed | set(hashes)):

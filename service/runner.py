@@ -58,8 +58,9 @@ class StepOutput:
 class Runner:
     """The encoder and decoder-step sessions of one bundle."""
 
-    def __init__(self, bundle: Bundle, provider: Provider = "auto", threads: int = 1) -> None:
+    def __init__(self, bundle: Bundle, provider: Provider = "auto", threads: int = 1, variant: str = "float32") -> None:
         self.bundle = bundle
+        self.variant = variant
         self.spec = bundle.spec
         self.provider = choose_provider(provider)
         opts = ort.SessionOptions()
@@ -69,9 +70,9 @@ class Runner:
         # Waiting threads sleep instead of spinning: a spinning pool collapses when another process holds a core.
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         providers = [self.provider] if self.provider == CPU else [self.provider, CPU]
-        self.encoder = ort.InferenceSession(str(bundle.graph("encoder")), opts, providers=providers)
-        self.decoder = ort.InferenceSession(str(bundle.graph("decoder")), opts, providers=providers)
-        log.info("bundle %s on %s (%d intra-op threads)", bundle.name, self.provider, threads)
+        self.encoder = ort.InferenceSession(str(bundle.graph("encoder", variant)), opts, providers=providers)
+        self.decoder = ort.InferenceSession(str(bundle.graph("decoder", variant)), opts, providers=providers)
+        log.info("bundle %s (%s) on %s (%d intra-op threads)", bundle.name, variant, self.provider, threads)
 
     def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> EncoderOutput:
         """input_ids, attention_mask (B, S) int64 -> encoder attentions and the decoder's cross keys/values."""

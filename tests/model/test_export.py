@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from model.export import check_graphs, export_bundle, load_state_dict
+from model.export import add_int8, check_graphs, export_bundle, load_state_dict
 from model.transformer import Transformer, greedy_decode
 from service.bundle import load_bundle
 from service.decoding import DecodeRequest, decode
@@ -89,3 +89,17 @@ def test_export_refuses_to_overwrite(spm: Path, tmp_path: Path) -> None:
     manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
     assert set(manifest["sha256"]) == {"encoder.onnx", "decoder.onnx", "spm.model"}
     assert manifest["format"] == "attnserve-bundle/1"
+
+
+def test_int8_variant(spm: Path, tmp_path: Path) -> None:
+    model = tiny_model(365)
+    kwargs = dict(name="x", source_lang="en", target_lang="ja", tokenizer={"source": spm, "target": spm})
+    bundle_dir = export_bundle(model, tmp_path / "b", **kwargs)  # type: ignore[arg-type]
+    add_int8(bundle_dir)
+    bundle = load_bundle(bundle_dir)  # checks every file's sha256, the int8 graphs' included
+    assert bundle.variants == ["float32", "int8"]
+    src = bundle.tokenizer.encode_source("Open file")
+    exact = decode(Runner(bundle, "cpu"), [DecodeRequest(src=src, max_length=6)])[0]
+    approx = decode(Runner(bundle, "cpu", variant="int8"), [DecodeRequest(src=src, max_length=6)])[0]
+    assert len(approx.hypotheses[0].tokens) == len(exact.hypotheses[0].tokens)
+    assert abs(approx.hypotheses[0].score - exact.hypotheses[0].score) < 0.5 * abs(exact.hypotheses[0].score)

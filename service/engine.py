@@ -68,6 +68,7 @@ class Engine:
             max_batch_tokens=s.max_batch_tokens,
             max_wait_ms=s.max_wait_ms,
             queue_size=s.queue_size,
+            continuous=s.continuous_batching,
             on_step=on_step,
         )
         await self.scheduler.start()

@@ -43,6 +43,11 @@ class Settings(BaseSettings):
     max_wait_ms: float = Field(
         5.0, ge=0, description="How long a new batch waits for more requests; latency cost vs batching gain."
     )
+    continuous_batching: bool = Field(
+        True,
+        description="Texts join and leave the batch between decoding steps; false = a batch runs to its end "
+        "before the next one starts (request-level batching: long texts hold short ones back).",
+    )
     queue_size: int = Field(256, ge=1, description="Texts waiting for a slot; beyond it requests get 503.")
     request_timeout_s: float = Field(30.0, gt=0, description="Deadline per request; a missed one gets 504.")
     warmup: bool = Field(True, description="Translate once at start-up before /readyz says ready.")

@@ -137,3 +137,13 @@ def test_cancelled_request_frees_its_rows() -> None:
 
     assert asyncio.run(go()) == 0
     assert len(runner.step_rows) < 60
+
+
+def test_request_level_batching_admits_only_into_an_empty_batch() -> None:
+    runner = FakeRunner()
+    stats: list[StepStats] = []
+    scheduler = Scheduler(BatchDecoder(runner), max_batch_size=4, max_wait_ms=1, continuous=False, on_step=stats.append)  # type: ignore[arg-type]
+    srcs = [[i + 2] + [3] * (i % 7) + [0] for i in range(20)]
+    results = asyncio.run(run(scheduler, [DecodeRequest(src=s, max_length=20) for s in srcs]))
+    assert [r.hypotheses[0].tokens for r in results] == [expected(s) for s in srcs]
+    assert not any(s.admitted and s.rows > s.admitted for s in stats)

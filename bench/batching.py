@@ -14,57 +14,12 @@ import asyncio
 import os
 import platform
 import random
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
 import numpy as np
-
-ROOT = Path(__file__).resolve().parent.parent
-CORPUS = Path.home() / ".cache" / "attnserve" / "corpus" / "en-ja" / "test.tsv"
-FALLBACK = ["Open file", "Save as…", "Delete the selected files?", "Settings", "Could not open %s: permission denied"]
-
-
-def texts(path: Path, n: int = 1000) -> list[str]:
-    if not path.exists():
-        return FALLBACK
-    lines = [ln.split("\t")[0] for ln in path.read_text(encoding="utf-8").splitlines()]
-    return random.Random(0).sample(lines, min(n, len(lines)))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Served:
-    """`attnserve serve` in a subprocess with extra environment."""
-
-    def __init__(self, bundle: Path, env: dict[str, str]) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        environment = {**os.environ, "ATTNSERVE_LOG_LEVEL": "warning", **env}
-        attnserve = str(Path(sys.executable).with_name("attnserve"))
-        command = [attnserve, "serve", "--bundle", str(bundle), "--port", str(self.port)]
-        self.process = subprocess.Popen(command, env=environment, cwd=ROOT)
-
-    def __enter__(self) -> Served:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(self.url + "/readyz", timeout=1).status_code == 200:
-                    return self
-            except httpx.TransportError:
-                time.sleep(0.2)
-        raise RuntimeError("the server did not become ready")
-
-    def __exit__(self, *exc: object) -> None:
-        self.process.terminate()
-        self.process.wait(timeout=30)
+from common import CORPUS, ROOT, attnserve_server, texts, write_section
 
 
 async def closed_loop(url: str, sentences: list[str], clients: int, seconds: float) -> dict[str, float]:
@@ -94,19 +49,6 @@ async def closed_loop(url: str, sentences: list[str], clients: int, seconds: flo
     }
 
 
-def write_section(name: str, body: str) -> None:
-    """Replace (or append) the ``<!-- bench:name -->`` section of docs/BENCHMARKS.md."""
-    path = ROOT / "docs" / "BENCHMARKS.md"
-    text = path.read_text() if path.exists() else "# Benchmarks\n\nWritten by the scripts in bench/.\n"
-    start, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
-    block = f"{start}\n{body.rstrip()}\n{end}"
-    if start in text:
-        text = text[: text.index(start)] + block + text[text.index(end) + len(end) :]
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    path.write_text(text)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bundle", type=Path, default=ROOT / "model" / "bundles" / "en-ja")
@@ -117,7 +59,7 @@ def main() -> None:
     sentences = texts(args.texts)
     rows = {}
     for label, env in (("batching on (max_batch_size 32)", "32"), ("batching off (max_batch_size 1)", "1")):
-        with Served(args.bundle, {"ATTNSERVE_MAX_BATCH_SIZE": env, "ATTNSERVE_THREADS": "1"}) as server:
+        with attnserve_server(args.bundle, {"ATTNSERVE_MAX_BATCH_SIZE": env, "ATTNSERVE_THREADS": "1"}) as server:
             asyncio.run(closed_loop(server.url, sentences, args.clients, 5))  # warm-up
             rows[label] = asyncio.run(closed_loop(server.url, sentences, args.clients, args.seconds))
         print(label, {k: round(v, 3) for k, v in rows[label].items()}, flush=True)

@@ -1,0 +1,348 @@
+"""The peers on one NVIDIA GPU, and whether the GPU answers as the CPU does.
+
+1. Check: attnserve's runner on ONNX Runtime's CUDA execution provider against the same runner on the CPU, float32,
+   greedy: the fraction of identical tokens, and for identical outputs the largest difference of the cross-attention
+   (and encoder attention) weights, collected by ``decode(..., attention=True)``; it passes at 100 % and ≤ 1e-3.
+2. Throughput, batch sizes 1 to 256 (sorted by length), greedy and beam 4, interleaved repetitions (median):
+   attnserve's runner (float32, and float16 when the bundle has a ``float16`` variant), CTranslate2 on CUDA
+   (float32, float16, int8_float16) and transformers ``generate`` on CUDA (float32, float16), on the same weights
+   (bench/peers.py's conversions) and the same token ids.
+
+The runner does not use IOBinding yet: each decoding step sends its inputs (the whole key/value cache) from host
+memory to the GPU and brings its outputs back. Its rows say "no IOBinding": this measures the runner as it is, not
+what ONNX Runtime can do with the cache kept on the device. ONNX Runtime's CUDA execution provider may compute
+float32 MatMuls in TF32 on Ampere and newer GPUs (its ``use_tf32`` option, on by default, which the runner does not
+set): if the check fails on attention weights alone, that is the first suspect.
+
+Needs onnxruntime-gpu (instead of onnxruntime, see README "GPU") and a CUDA GPU; without a CUDA execution provider it
+stops at once with "no CUDA execution provider". CTranslate2 and transformers rows need their CUDA builds (skipped,
+with a note, otherwise). Writes its section of docs/BENCHMARKS.md and docs/gpu-throughput.png.
+
+    python bench/gpu.py --bundle model/bundles/en-ja
+    python bench/gpu.py --sentences 200 --batch-sizes 1 32 256 --repeats 1 --no-write   # a short check
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from common import CORPUS, DOCS, ROOT, cpu_model, pairs, versions, write_section
+
+CUDA = "CUDAExecutionProvider"
+ATTENTION_TOLERANCE = 1e-3
+
+
+def require_cuda() -> None:
+    """Stop with a clear message when ONNX Runtime has no CUDA execution provider."""
+    import onnxruntime as ort
+
+    available = ort.get_available_providers()
+    if CUDA not in available:
+        sys.exit(
+            f"gpu: no CUDA execution provider: ONNX Runtime offers only {available}. Install onnxruntime-gpu "
+            "(instead of onnxruntime: pip uninstall -y onnxruntime && pip install onnxruntime-gpu) on a machine "
+            "with an NVIDIA GPU and its driver."
+        )
+
+
+def gpu_name() -> str:
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        if out.returncode == 0 and out.stdout.strip():
+            return out.stdout.strip().splitlines()[0]
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    return "an NVIDIA GPU (nvidia-smi did not answer)"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The check: GPU = CPU.
+
+
+@dataclass
+class Check:
+    n: int = 0
+    identical: int = 0
+    max_cross: float = 0.0  # largest |GPU - CPU| of cross-attention weights over identical outputs
+    max_encoder: float = 0.0
+    examples: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return self.identical == self.n and max(self.max_cross, self.max_encoder) <= ATTENTION_TOLERANCE
+
+
+def check_gpu_equals_cpu(bundle_dir: Path, sources: list[list[int]], max_length: int, batch: int = 32) -> Check:
+    """Greedy float32 on the CPU and on CUDA, attention collected; compares tokens and weights per sentence."""
+    from peers import length_batches
+
+    from service.bundle import load_bundle
+    from service.decoding import DecodeRequest, decode
+    from service.runner import Runner
+
+    bundle = load_bundle(bundle_dir, verify=False)
+    cpu, gpu = Runner(bundle, "cpu", 1), Runner(bundle, "cuda", 1)
+    if gpu.provider != CUDA:
+        sys.exit(f"gpu: the runner chose {gpu.provider}, not {CUDA}")
+    check = Check(n=len(sources))
+    for idx in length_batches([len(s) for s in sources], batch):
+        requests = [DecodeRequest(src=sources[i], max_length=max_length, attention=True) for i in idx]
+        for i, a, b in zip(idx, decode(cpu, requests), decode(gpu, requests), strict=True):
+            ha, hb = a.hypotheses[0], b.hypotheses[0]
+            if ha.tokens != hb.tokens:
+                if len(check.examples) < 3:
+                    at = next((k for k, (p, q) in enumerate(zip(ha.tokens, hb.tokens, strict=False)) if p != q), 0)
+                    check.examples.append(f"sentence {i}: first difference at token {at}")
+                continue
+            check.identical += 1
+            cross = np.abs(np.stack(ha.cross_attention) - np.stack(hb.cross_attention)).max()
+            check.max_cross = max(check.max_cross, float(cross))
+            if a.encoder_attention is not None and b.encoder_attention is not None:
+                enc = np.abs(a.encoder_attention - b.encoder_attention).max()
+                check.max_encoder = max(check.max_encoder, float(enc))
+    return check
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Throughput.
+
+
+@dataclass
+class Row:
+    engine: str  # label, e.g. "attnserve runner (no IOBinding)"
+    key: str  # "attnserve", "ctranslate2", "transformers"
+    compute: str
+    beam: int
+    batch: int
+    seconds: list[float] = field(default_factory=list)
+    tokens: int = 0
+    error: str | None = None
+
+
+def load_engines(
+    prepared: Any, bundle_variants: list[str], wanted: Sequence[str]
+) -> tuple[dict[tuple[str, str], Any], list[str]]:
+    """Every engine and compute type that this machine can run on CUDA; notes for the ones it cannot."""
+    import peers
+
+    engines: dict[tuple[str, str], Any] = {}
+    notes: list[str] = []
+    if "attnserve" in wanted:
+        for variant in ("float32", "float16"):
+            if variant not in bundle_variants:
+                notes.append(f"attnserve {variant}: the bundle has no {variant} variant (skipped)")
+                continue
+            try:
+                engines[("attnserve", variant)] = peers.AttnserveEngine(prepared.bundle, variant, 1, provider="cuda")
+            except Exception as e:  # a variant the runner cannot drive yet is a result, not a crash
+                notes.append(f"attnserve {variant}: could not load ({type(e).__name__}: {e})")
+    if "ctranslate2" in wanted:
+        import ctranslate2
+
+        if ctranslate2.get_cuda_device_count() == 0:
+            notes.append("CTranslate2: this build sees no CUDA device (skipped)")
+        else:
+            for compute in ("float32", "float16", "int8_float16"):
+                engines[("ctranslate2", compute)] = peers.CTranslate2Engine(
+                    prepared.ct2, prepared.vocab, compute, threads=1, device="cuda"
+                )
+    if "transformers" in wanted:
+        import torch
+
+        if not torch.cuda.is_available():
+            notes.append("transformers: this torch build has no CUDA (skipped)")
+        else:
+            for dtype in ("float32", "float16"):
+                engines[("transformers", dtype)] = peers.TransformersEngine(prepared.hf, device="cuda", dtype=dtype)
+    return engines, notes
+
+
+LABELS = {
+    "attnserve": "attnserve runner (CUDA EP, no IOBinding)",
+    "ctranslate2": "CTranslate2 (cuda)",
+    "transformers": "transformers (cuda)",
+}
+
+
+def run_throughput(
+    engines: dict[tuple[str, str], Any],
+    sources: list[list[int]],
+    beams: Sequence[int],
+    batches: Sequence[int],
+    max_length: int,
+    repeats: int,
+) -> list[Row]:
+    """Every (engine, compute, beam, batch) ``repeats`` times, interleaved; one warm-up batch per engine first."""
+    import peers
+    from tqdm import tqdm
+
+    rows = [Row(LABELS[k], k, c, beam, b) for beam in beams for b in batches for (k, c) in engines]
+    for engine in engines.values():
+        peers.translate(engine, sources[: max(batches)], 1, min(max_length, 16), batch_size=max(batches))
+    with tqdm(total=repeats * len(rows), desc="gpu", unit="run") as bar:
+        for _ in range(repeats):
+            for row in rows:
+                bar.set_postfix_str(f"{row.key} {row.compute} beam {row.beam} batch {row.batch}")
+                if row.error is None:
+                    try:
+                        t0 = time.perf_counter()
+                        out = peers.translate(engines[(row.key, row.compute)], sources, row.beam, max_length, row.batch)
+                        row.seconds.append(time.perf_counter() - t0)
+                        row.tokens = sum(len(t) for t in out)
+                    except Exception as e:  # e.g. out of memory at batch 256 × beam 4: recorded, the rest goes on
+                        row.error = f"{type(e).__name__}: {str(e)[:120]}"
+                bar.update()
+    return rows
+
+
+def table(rows: list[Row], n: int) -> str:
+    def tps(r: Row) -> float | None:
+        return r.tokens / statistics.median(r.seconds) if r.seconds and r.error is None else None
+
+    base = {(r.compute, r.beam, r.batch): tps(r) for r in rows if r.key == "ctranslate2"}
+    lines = [
+        "| engine | compute | decoding | batch | target tokens/s | sentences/s | × CTranslate2 |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        decoding = "greedy" if r.beam == 1 else f"beam {r.beam}"
+        value = tps(r)
+        if value is None:
+            lines.append(f"| {r.engine} | {r.compute} | {decoding} | {r.batch} | failed: {r.error} | — | — |")
+            continue
+        ref = base.get((r.compute, r.beam, r.batch))
+        ratio = f"{value / ref:.2f}" if ref else "—"
+        sps = n / statistics.median(r.seconds)
+        lines.append(f"| {r.engine} | {r.compute} | {decoding} | {r.batch} | {value:,.0f} | {sps:.1f} | {ratio} |")
+    return "\n".join(lines)
+
+
+def plot(rows: list[Row], out: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    beams = sorted({r.beam for r in rows})
+    fig, axes = plt.subplots(1, len(beams), figsize=(6 * len(beams), 4.5), squeeze=False)
+    for ax, beam in zip(axes[0], beams, strict=True):
+        for key, compute in sorted({(r.key, r.compute) for r in rows}):
+            points = [
+                (r.batch, r.tokens / statistics.median(r.seconds))
+                for r in rows
+                if (r.key, r.compute, r.beam) == (key, compute, beam) and r.seconds and r.error is None
+            ]
+            if points:
+                ax.plot(*zip(*sorted(points), strict=True), marker="o", label=f"{LABELS[key]} {compute}")
+        ax.set(xscale="log", yscale="log", xlabel="batch size (sentences)", ylabel="target tokens/s")
+        ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.set_title("greedy" if beam == 1 else f"beam {beam}")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    path = out / "gpu-throughput.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bundle", type=Path, default=ROOT / "model" / "bundles" / "en-ja")
+    ap.add_argument("--texts", type=Path, default=CORPUS, help="TSV whose first column is the source text")
+    ap.add_argument("--sentences", type=int, default=1000, help="test sentences (a deterministic sample)")
+    ap.add_argument("--check-sentences", type=int, default=100, help="sentences for the GPU = CPU check")
+    ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32, 64, 128, 256])
+    ap.add_argument("--beams", type=int, nargs="+", default=[1, 4], help="beam sizes (1 = greedy)")
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved repetitions (median)")
+    ap.add_argument("--max-length", type=int, default=None, help="max_length (default: 256 or the model's)")
+    ap.add_argument(
+        "--engines",
+        nargs="+",
+        choices=["attnserve", "ctranslate2", "transformers"],
+        default=["attnserve", "ctranslate2", "transformers"],
+    )
+    ap.add_argument("--work", type=Path, default=None, help="keep conversions here (default: a temporary directory)")
+    ap.add_argument("--out", type=Path, default=DOCS, help="BENCHMARKS.md and the plot go here (default docs/)")
+    ap.add_argument("--no-write", action="store_true", help="write into a new temporary directory instead of --out")
+    return ap.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    require_cuda()
+
+    import peers
+
+    from service.bundle import load_bundle
+
+    bundle = load_bundle(args.bundle)
+    limit = min(peers.SERVICE_MAX_LENGTH, bundle.spec.max_positions)
+    texts = [s for s, _ in pairs(args.texts, args.sentences) if s.strip()]
+    sources = [ids for ids in (bundle.tokenizer.encode_source(t) for t in texts) if len(ids) <= limit]
+    max_length = min(args.max_length or peers.SERVICE_MAX_LENGTH, bundle.spec.max_positions)
+    out = Path(tempfile.mkdtemp(prefix="gpu-")) if args.no_write else args.out
+    out.mkdir(parents=True, exist_ok=True)
+    work = args.work or Path(tempfile.mkdtemp(prefix="gpu-work-"))
+    try:
+        check = check_gpu_equals_cpu(args.bundle, sources[: args.check_sentences], max_length)
+        verdict = "PASS" if check.passed else "FAIL"
+        check_text = (
+            f"**{verdict}**: {check.identical}/{check.n} greedy float32 outputs identical on CUDA and CPU; over "
+            f"those, largest cross-attention difference {check.max_cross:.2e}, encoder attention "
+            f"{check.max_encoder:.2e} (tolerance {ATTENTION_TOLERANCE:g})."
+        )
+        if check.examples:
+            check_text += " Differences: " + "; ".join(check.examples) + "."
+        print(check_text, flush=True)
+
+        prepared = peers.prepare(args.bundle, work, int8=False)
+        variants = load_bundle(prepared.bundle, verify=False).variants
+        engines, notes = load_engines(prepared, variants, args.engines)
+        rows = run_throughput(engines, sources, args.beams, args.batch_sizes, max_length, args.repeats)
+    finally:
+        if args.work is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+    result = table(rows, len(sources))
+    image = plot(rows, out)
+    print(f"\n{result}\n" + "".join(f"\n- {n}" for n in notes), flush=True)
+    command = "python bench/gpu.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    body = (
+        "## GPU (bench/gpu.py)\n\n"
+        f"`{command}`\n\n"
+        f"GPU: {gpu_name()}; host CPU {cpu_model()}. "
+        f"{versions('onnxruntime-gpu', 'onnxruntime', 'ctranslate2', 'torch', 'transformers')}.\n\n"
+        f"{len(sources)} sentences (deterministic sample of the test split), the same token ids for every engine, "
+        f"`max_length` {max_length}, batches sorted by length, median of {args.repeats} interleaved runs, one "
+        "warm-up batch per engine. attnserve's runner copies every step's inputs and outputs between host and "
+        "GPU (no IOBinding yet): its rows measure the runner as it is.\n\n"
+        f"### GPU = CPU\n\n{check_text}\n\n### Throughput\n\n{result}\n\n"
+        + "".join(f"- {n}\n" for n in notes)
+        + f"\n![throughput against batch size]({image.name})\n"
+    )
+    write_section("gpu", body, out / "BENCHMARKS.md")
+    print(f"wrote {out / 'BENCHMARKS.md'}")
+    return 0 if check.passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""bench/gpu.py: it stops clearly without CUDA; its logic runs end to end with the CPU standing in for the GPU."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import onnxruntime as ort
+import pytest
+
+try:
+    import ctranslate2  # noqa: F401
+except ImportError:
+    if os.environ.get("CI") == "true":
+        raise
+    pytest.skip("ctranslate2 is not installed (pip install -e '.[dev]')", allow_module_level=True)
+
+import gpu
+
+from service import runner
+
+
+def test_without_cuda_it_says_so(tiny_bundle: Path) -> None:
+    if gpu.CUDA in ort.get_available_providers():
+        pytest.skip("this machine has a CUDA execution provider")
+    with pytest.raises(SystemExit, match="no CUDA execution provider"):
+        gpu.main(["--bundle", str(tiny_bundle), "--no-write"])
+
+
+def test_runs_with_the_cpu_standing_in(tiny_bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gpu, "require_cuda", lambda: None)
+    monkeypatch.setattr(gpu, "CUDA", runner.CPU)
+    monkeypatch.setattr(runner, "choose_provider", lambda requested: runner.CPU)
+    plots = importlib.util.find_spec("matplotlib") is not None  # the bench extra's; the dev extra does without it
+    if not plots:
+        monkeypatch.setattr(gpu, "plot", lambda rows, out: out / "gpu-throughput.png")
+    args = ["--bundle", str(tiny_bundle), "--sentences", "4", "--check-sentences", "4", "--batch-sizes", "1", "4"]
+    args += ["--repeats", "1", "--max-length", "10", "--out", str(tmp_path)]
+    assert gpu.main(args) == 0  # CPU = CPU: the check passes
+    text = (tmp_path / "BENCHMARKS.md").read_text()
+    assert "**PASS**: 4/4" in text
+    assert "attnserve runner (CUDA EP, no IOBinding) | float32 | greedy | 4 |" in text
+    assert not plots or (tmp_path / "gpu-throughput.png").stat().st_size > 0

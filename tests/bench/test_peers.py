@@ -1,0 +1,93 @@
+"""bench/peers.py on a tiny random bundle: the same weights give the same greedy tokens in every engine.
+
+CTranslate2 comes with the ``dev`` extra; outside CI the test skips without it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+
+try:
+    import ctranslate2  # noqa: F401
+except ImportError:
+    if os.environ.get("CI") == "true":
+        raise
+    pytest.skip("ctranslate2 is not installed (pip install -e '.[dev]')", allow_module_level=True)
+
+import peers
+
+from service.bundle import load_bundle
+from tests.bundles import SENTENCES
+
+MAX_LENGTH = 20
+
+
+@pytest.fixture(scope="module")
+def prepared(tiny_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> peers.Prepared:
+    return peers.prepare(tiny_bundle, tmp_path_factory.mktemp("peers"))
+
+
+@pytest.fixture(scope="module")
+def sources(tiny_bundle: Path) -> list[list[int]]:
+    tokenizer = load_bundle(tiny_bundle).tokenizer
+    return [tokenizer.encode_source(t) for t in SENTENCES[:4]]  # different lengths: one padded batch
+
+
+def test_same_weights_same_greedy_tokens(prepared: peers.Prepared, sources: list[list[int]]) -> None:
+    ours = peers.translate(peers.AttnserveEngine(prepared.bundle), sources, 1, MAX_LENGTH)
+    ct2 = peers.translate(peers.CTranslate2Engine(prepared.ct2, prepared.vocab), sources, 1, MAX_LENGTH)
+    hf = peers.translate(peers.TransformersEngine(prepared.hf), sources, 1, MAX_LENGTH)
+    assert len({tuple(t) for t in ours}) > 1, "the random model's outputs should depend on the input"
+    assert all(0 < len(t) <= MAX_LENGTH for t in ours)
+    assert ct2 == ours
+    assert hf == ours
+    # Batches of 2 (sorted by length, then put back in order) change nothing.
+    assert peers.translate(peers.AttnserveEngine(prepared.bundle), sources, 1, MAX_LENGTH, batch_size=2) == ours
+
+
+def test_int8_and_beam_run(prepared: peers.Prepared, sources: list[list[int]]) -> None:
+    assert "int8" in load_bundle(prepared.bundle).variants
+    for engine in (
+        peers.AttnserveEngine(prepared.bundle, "int8"),
+        peers.CTranslate2Engine(prepared.ct2, prepared.vocab, "int8"),
+    ):
+        for beam in (1, 4):
+            out = peers.translate(engine, sources, beam, MAX_LENGTH)
+            assert len(out) == len(sources) and all(len(t) <= MAX_LENGTH for t in out)
+
+
+def test_engine_subprocess_reports_tokens_and_memory(prepared: peers.Prepared, sources: list[list[int]]) -> None:
+    work = prepared.hf.parent
+    setup = {"bundle": str(prepared.bundle), "hf": str(prepared.hf), "ct2": str(prepared.ct2)}
+    (work / "setup.json").write_text(json.dumps({**setup, "sources": sources, "max_length": MAX_LENGTH}))
+    out = peers.run_job(peers.Job("attnserve", "float32", 1, 1), work, timeout=120)
+    assert out["tokens"] == peers.translate(peers.AttnserveEngine(prepared.bundle), sources, 1, MAX_LENGTH)
+    assert out["seconds"] > 0 and out["peak_rss_mb"] > 10
+
+
+def test_length_batches_sort_and_chunk() -> None:
+    assert peers.length_batches([5, 1, 3, 1], 2) == [[1, 3], [2, 0]]
+
+
+def test_load_statistics() -> None:
+    assert peers.percentile([0.1, 0.2, 0.3, math.inf], 50) == 0.2
+    assert peers.percentile([0.1, 0.2, 0.3, math.inf], 99) == math.inf
+    outcomes = [peers.Outcome("all", 0.1 * i, True) for i in range(1, 11)]
+    point = peers.summarize(outcomes, offered=5, elapsed=2.0)
+    assert (point.achieved, point.p50, point.errors) == (5.0, 0.5, 0)
+    assert point.sustained
+    failed = peers.summarize([*outcomes, peers.Outcome("all", 0.0, False)], offered=5, elapsed=2.0)
+    assert not failed.sustained and failed.p99 == math.inf
+    assert peers.best_sustained([failed, point]) is point
+
+
+def test_poisson_plan_is_deterministic_and_near_its_rate() -> None:
+    plan = peers.poisson_plan(50, 10, lambda rng: ("all", {"q": "x"}), seed=3)
+    assert plan == peers.poisson_plan(50, 10, lambda rng: ("all", {"q": "x"}), seed=3)
+    assert 400 < len(plan) < 600
+    assert all(0 <= a.at < 10 for a in plan)

@@ -145,9 +145,9 @@ class ClientGone(Exception):
     """The caller disconnected before its answer was ready; its rows were freed."""
 
 
-async def submit(request: Request, engine: Engine, decode_requests: list[Any]) -> list[Any]:
+async def submit(request: Request, engine: Engine, decode_requests: list[Any], exact: bool = False) -> list[Any]:
     """Queue the texts and wait for them, giving up (and freeing their rows) if the client disconnects."""
-    work = asyncio.ensure_future(engine.submit(decode_requests))
+    work = asyncio.ensure_future(engine.submit(decode_requests, exact))
 
     async def gone() -> None:
         while not await request.is_disconnected():
@@ -239,7 +239,7 @@ async def attention(request: Request, state: StateDep) -> dict[str, Any]:
     opts = options(state, body.beam_size, body.max_length, attention=True)
     decode_request = engine.request(body.q, opts, target_text=body.target_text)
     state.metrics.input_tokens.inc(len(decode_request.src))
-    (result,) = await submit(request, engine, [decode_request])
+    (result,) = await submit(request, engine, [decode_request], exact=True)
     return engine.attention(decode_request, result, kinds, body.layers, body.heads)
 
 

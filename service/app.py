@@ -127,11 +127,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         state = api.State(s, engines, metrics)
         app.state.attnserve = holder["state"] = state
         for e in engines:
-            metrics.model_info.labels(e.bundle.name, *e.pair, e.runner.provider).set(1)
+            metrics.model_info.labels(e.bundle.name, *e.pair, e.exact.provider).set(1)
             await e.start(on_step=metrics.observe_step)
         metrics.track(
-            lambda: sum(e.scheduler.queue_depth for e in engines if e.scheduler),
-            lambda: sum(e.scheduler.active_sequences for e in engines if e.scheduler),
+            lambda: sum(e.queue_depth for e in engines),
+            lambda: sum(e.active_sequences for e in engines),
         )
         if s.warmup:
             for e in engines:

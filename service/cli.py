@@ -90,7 +90,7 @@ def local(args: argparse.Namespace, settings: Settings) -> int:
             return 0
         options = Options(beam_size=args.beam_size, attention=True)
         request = engine.request(args.text, options, target_text=args.target_text)
-        (result,) = engine.decode_now([request])
+        (result,) = engine.decode_now([request], exact=True)
         print_attention(engine.attention(request, result, ["encoder", "decoder", "cross"], None, None))
         return 0
     except (BundleError, InputError) as e:

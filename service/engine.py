@@ -43,14 +43,21 @@ class Options:
 
 
 class Engine:
-    """A loaded bundle with its runner; :meth:`start` adds the scheduler that the HTTP service uses."""
+    """A loaded bundle with its runners; :meth:`start` adds the schedulers that the HTTP service uses.
+
+    The exact float32 graphs serve /attention. /translate uses the ``graph_variant`` graphs (e.g. int8) when that
+    is not float32, through a scheduler of their own; otherwise both share one runner and one scheduler.
+    """
 
     def __init__(self, bundle: Bundle, settings: Settings, provider: Provider | None = None) -> None:
         self.bundle = bundle
         self.settings = settings
         self.tokenizer = bundle.tokenizer
-        self.runner = Runner(bundle, provider or settings.provider, settings.threads)
-        self.scheduler: Scheduler | None = None
+        provider = provider or settings.provider
+        self.exact = Runner(bundle, provider, settings.threads)
+        variant = settings.graph_variant
+        self.fast = self.exact if variant == "float32" else Runner(bundle, provider, settings.threads, variant)
+        self.schedulers: dict[str, Scheduler] = {}
 
     @classmethod
     def load(cls, path: Path, settings: Settings) -> Engine:
@@ -62,26 +69,41 @@ class Engine:
 
     async def start(self, on_step: Any = None) -> None:
         s = self.settings
-        self.scheduler = Scheduler(
-            BatchDecoder(self.runner),
-            max_batch_size=s.max_batch_size,
-            max_batch_tokens=s.max_batch_tokens,
-            max_wait_ms=s.max_wait_ms,
-            queue_size=s.queue_size,
-            continuous=s.continuous_batching,
-            on_step=on_step,
-        )
-        await self.scheduler.start()
+        for name, runner in (("exact", self.exact), ("fast", self.fast)):
+            if name == "fast" and runner is self.exact:
+                self.schedulers["fast"] = self.schedulers["exact"]
+                continue
+            self.schedulers[name] = Scheduler(
+                BatchDecoder(runner),
+                max_batch_size=s.max_batch_size,
+                max_batch_tokens=s.max_batch_tokens,
+                max_wait_ms=s.max_wait_ms,
+                queue_size=s.queue_size,
+                continuous=s.continuous_batching,
+                on_step=on_step,
+            )
+            await self.schedulers[name].start()
 
     async def stop(self) -> None:
-        if self.scheduler is not None:
-            await self.scheduler.stop()
+        for scheduler in self._unique_schedulers():
+            await scheduler.stop()
+
+    def _unique_schedulers(self) -> list[Scheduler]:
+        return list({id(s): s for s in self.schedulers.values()}.values())
+
+    @property
+    def queue_depth(self) -> int:
+        return sum(s.queue_depth for s in self._unique_schedulers())
+
+    @property
+    def active_sequences(self) -> int:
+        return sum(s.active_sequences for s in self._unique_schedulers())
 
     def request(self, text: str, options: Options, target_text: str | None = None) -> DecodeRequest:
         """Tokenize and check one text against the limits.
 
         Raises:
-            InputError: the text is empty or over ``max_chars`` / ``max_tokens`` (413), or the target text is.
+            InputError: the text is over ``max_chars`` / ``max_tokens`` (413), or the target text is.
         """
         s = self.settings
         if len(text) > s.max_chars:
@@ -109,19 +131,20 @@ class Engine:
             attention=options.attention,
         )
 
-    async def submit(self, requests: list[DecodeRequest]) -> list[DecodeResult]:
-        """Queue texts together and wait for all of them (the caller applies the deadline)."""
-        assert self.scheduler is not None, "Engine.start() was not called"
-        futures = self.scheduler.submit_many(requests, self.settings.request_timeout_s)
+    async def submit(self, requests: list[DecodeRequest], exact: bool = False) -> list[DecodeResult]:
+        """Queue texts together and wait for all of them; ``exact`` for the float32 graphs (/attention)."""
+        assert self.schedulers, "Engine.start() was not called"
+        scheduler = self.schedulers["exact" if exact else "fast"]
+        futures = scheduler.submit_many(requests, self.settings.request_timeout_s)
         try:
             return list(await asyncio.gather(*futures))
         finally:
             for f in futures:
                 f.cancel()  # a caller that went away frees its rows
 
-    def decode_now(self, requests: list[DecodeRequest]) -> list[DecodeResult]:
-        """Decode without the scheduler (the command line)."""
-        return decode(self.runner, requests)
+    def decode_now(self, requests: list[DecodeRequest], exact: bool = False) -> list[DecodeResult]:
+        """Decode without a scheduler (the command line), on the same graphs as :meth:`submit`."""
+        return decode(self.exact if exact else self.fast, requests)
 
     def text(self, hyp: Hypothesis) -> str:
         return self.tokenizer.decode(hyp.tokens)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Request, Response
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import FileResponse, JSONResponse
 from pydantic import BaseModel, ValidationError
 
@@ -139,6 +141,21 @@ def options(state: State, beam_size: int | None, max_length: int | None, n_best:
     if max_length is not None and max_length > s.max_length:
         raise InputError(f"max_length={max_length} is over the limit max_length={s.max_length}", 422)
     return Options(beam_size=beam, max_length=max_length, n_best=n_best, **kw)
+
+
+def openapi_with_request_bodies(app: FastAPI) -> Callable[[], dict[str, Any]]:
+    """The routes parse their bodies themselves (JSON or form), so FastAPI does not list the request models:
+    add them to the OpenAPI components that the routes' request bodies refer to."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+            for model in (TranslateRequest, AttentionRequest):
+                schema["components"]["schemas"][model.__name__] = model.model_json_schema()
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    return openapi
 
 
 class ClientGone(Exception):

@@ -152,6 +152,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.include_router(api.router)
+    app.openapi = api.openapi_with_request_bodies(app)  # type: ignore[method-assign]
 
     @app.exception_handler(InputError)
     async def input_error(request: Request, e: InputError) -> JSONResponse:

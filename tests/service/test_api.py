@@ -144,3 +144,15 @@ def test_attention_bad_requests(server: Server, body: dict, status: int, needle:
     with server.client() as c:
         r = c.post("/attention", json=body)
     assert r.status_code == status and needle in r.json()["error"], r.text
+
+
+def test_openapi_documents_the_request_bodies_with_examples(server: Server) -> None:
+    with server.client() as c:
+        schema = c.get("/openapi.json").json()
+    for name, path in (("TranslateRequest", "/translate"), ("AttentionRequest", "/attention")):
+        assert schema["components"]["schemas"][name]["examples"], name
+        body = schema["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        assert body == {"$ref": f"#/components/schemas/{name}"}
+    with server.client() as c:
+        for example in schema["components"]["schemas"]["TranslateRequest"]["examples"]:
+            assert c.post("/translate", json=example).status_code == 200, example

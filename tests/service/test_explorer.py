@@ -94,6 +94,7 @@ class Explorer:
         if not self.page.locator("#numbers-box").evaluate("d => d.open"):
             self.page.click("#numbers-box summary")
         table = self.page.locator("#numbers")
+        table.locator("tbody tr").first.wait_for()  # the table is built on the (asynchronous) toggle event
         cols = table.locator("thead th").all_text_contents()[1:]
         rows = table.locator("tbody th").all_text_contents()
         return cols, rows, table.locator("tbody td").count()

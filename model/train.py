@@ -155,10 +155,8 @@ class Trainer:
         last = run_dir / "last.pt"
         if last.exists():
             self.load(last)
-            log.info("resumed %s at step %d (epoch %d, batch %d)", last, self.progress.step, *self._position())
-
-    def _position(self) -> tuple[int, int]:
-        return self.progress.epoch, self.progress.batch
+            p = self.progress
+            log.info("resumed %s at step %d (epoch %d, batch %d)", last, p.step, p.epoch, p.batch)
 
     def epoch_batches(self) -> list[np.ndarray]:
         if self._epoch_batches is None:

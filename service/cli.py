@@ -78,7 +78,7 @@ def serve(settings: Settings) -> int:
 
 def local(args: argparse.Namespace, settings: Settings) -> int:
     from service.bundle import BundleError
-    from service.engine import Engine, InputError, Options
+    from service.engine import KINDS, Engine, InputError, Options
 
     try:
         engine = Engine.load(settings.bundles[0], settings)
@@ -91,7 +91,7 @@ def local(args: argparse.Namespace, settings: Settings) -> int:
         options = Options(beam_size=args.beam_size, attention=True)
         request = engine.request(args.text, options, target_text=args.target_text)
         (result,) = engine.decode_now([request], exact=True)
-        print_attention(engine.attention(request, result, ["encoder", "decoder", "cross"], None, None))
+        print_attention(engine.attention(request, result, KINDS, None, None))
         return 0
     except (BundleError, InputError) as e:
         print(f"attnserve: {e}", file=sys.stderr)
@@ -103,7 +103,7 @@ def print_attention(body: dict[str, Any]) -> None:
     each target token attends to most."""
     src, tgt = body["source_tokens"], body["target_tokens"]
     print(f"{body['translatedText']}\nsource: {' '.join(src)}\ntarget: {' '.join(tgt)}")
-    for kind in ("encoder", "decoder", "cross"):
+    for kind in body["layers"]:
         for layer, heads in zip(body["layers"][kind], body[kind], strict=True):
             for head, rows in zip(body["heads"], heads, strict=True):
                 a = np.asarray(rows)

@@ -52,7 +52,11 @@ class EncoderGraph(nn.Module):
 
 
 class DecoderGraph(nn.Module):
-    """decoder.onnx: one decoding step on the key/value cache; see docs/ARCHITECTURE.md for the signature."""
+    """decoder.onnx: one decoding step on the key/value cache; see docs/ARCHITECTURE.md for the signature.
+
+    Each layer's cache is its own input and output (``past_keys.{l}``, ``present_keys.{l}``, ...): stacking the
+    layers into one tensor made ONNX Runtime copy the whole cache twice more every step (Split and Concat).
+    """
 
     def __init__(self, model: Transformer) -> None:
         super().__init__()
@@ -64,26 +68,23 @@ class DecoderGraph(nn.Module):
         position_ids: Tensor,  # (B, 1)
         encoder_attention_mask: Tensor,  # (B, S)
         self_attention_mask: Tensor,  # (B, T + 1): 0 for cache slots of a shorter sequence
-        cross_keys: Tensor,  # (L, B, h, S, d_k)
-        cross_values: Tensor,
-        past_keys: Tensor,  # (L, B, h, T, d_k), T may be 0
-        past_values: Tensor,
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-        memory_kv = list(zip(cross_keys.unbind(0), cross_values.unbind(0), strict=True))
-        past = list(zip(past_keys.unbind(0), past_values.unbind(0), strict=True))
+        *cache: Tensor,  # L cross keys, L cross values (B, h, S, d_k); L past keys, L past values (B, h, T, d_k)
+    ) -> tuple[Tensor, ...]:
+        L = self.model.config.n_decoder_layers
+        cross_keys, cross_values, past_keys, past_values = (cache[i * L : (i + 1) * L] for i in range(4))
         x, present, self_w, cross_w = self.model.decode(
             input_ids,
             position_ids,
-            memory_kv,
+            list(zip(cross_keys, cross_values, strict=True)),
             padding_mask(encoder_attention_mask),
             padding_mask(self_attention_mask),
-            past,
+            list(zip(past_keys, past_values, strict=True)),
         )
         logits = self.model.generator(x[:, -1])  # (B, V)
         return (
             logits,
-            torch.stack([k for k, _ in present]),  # (L, B, h, T + 1, d_k)
-            torch.stack([v for _, v in present]),
+            *(k for k, _ in present),  # L × (B, h, T + 1, d_k)
+            *(v for _, v in present),
             torch.stack(self_w)[:, :, :, 0],  # (L, B, h, T + 1)
             torch.stack(cross_w)[:, :, :, 0],  # (L, B, h, S)
         )
@@ -91,17 +92,33 @@ class DecoderGraph(nn.Module):
 
 ENCODER_INPUTS = ["input_ids", "attention_mask"]
 ENCODER_OUTPUTS = ["encoder_attentions", "cross_keys", "cross_values"]
-DECODER_INPUTS = [
-    "input_ids",
-    "position_ids",
-    "encoder_attention_mask",
-    "self_attention_mask",
-    "cross_keys",
-    "cross_values",
-    "past_keys",
-    "past_values",
-]
-DECODER_OUTPUTS = ["logits", "present_keys", "present_values", "self_attentions", "cross_attentions"]
+
+
+def decoder_inputs(L: int) -> list[str]:
+    """decoder.onnx's input names for L layers, in DecoderGraph.forward's order."""
+    cache = [f"{kind}.{l}" for kind in ("cross_keys", "cross_values", "past_keys", "past_values") for l in range(L)]
+    return ["input_ids", "position_ids", "encoder_attention_mask", "self_attention_mask", *cache]
+
+
+def decoder_outputs(L: int) -> list[str]:
+    """decoder.onnx's output names for L layers, in DecoderGraph.forward's order."""
+    present = [f"{kind}.{l}" for kind in ("present_keys", "present_values") for l in range(L)]
+    return ["logits", *present, "self_attentions", "cross_attentions"]
+
+
+def decoder_feed(
+    step: dict[str, np.ndarray], cross_keys: np.ndarray, cross_values: np.ndarray
+) -> dict[str, np.ndarray]:
+    """A decoder.onnx feed from example_inputs' step (stacked past) and the encoder's stacked cross keys/values."""
+    feed = {k: v for k, v in step.items() if k not in ("past_keys", "past_values")}
+    for kind, stacked in (
+        ("cross_keys", cross_keys),
+        ("cross_values", cross_values),
+        ("past_keys", step["past_keys"]),
+        ("past_values", step["past_values"]),
+    ):
+        feed.update({f"{kind}.{l}": np.ascontiguousarray(layer) for l, layer in enumerate(stacked)})
+    return feed
 
 
 def example_inputs(c: TransformerConfig, B: int = 3, S: int = 7, T: int = 4, seed: int = 0) -> dict[str, Any]:
@@ -140,8 +157,9 @@ def export_graphs(model: Transformer, out_dir: Path) -> None:
     enc_in = tuple(torch.from_numpy(ex["encoder"][k]) for k in ENCODER_INPUTS)
     with torch.no_grad():
         _, ck, cv = EncoderGraph(model)(*enc_in)
-    dec = {k: torch.from_numpy(v) for k, v in ex["decoder"].items()}
-    dec_in = tuple(dec[k] if k in dec else {"cross_keys": ck, "cross_values": cv}[k] for k in DECODER_INPUTS)
+    L = c.n_decoder_layers
+    feed = decoder_feed(ex["decoder"], ck.numpy(), cv.numpy())
+    dec_in = tuple(torch.from_numpy(feed[k]) for k in decoder_inputs(L))
     B, S, T = "batch", "source_length", "past_length"
     common: dict[str, Any] = dict(opset_version=OPSET, do_constant_folding=False, dynamo=False)
     with warnings.catch_warnings():
@@ -165,20 +183,17 @@ def export_graphs(model: Transformer, out_dir: Path) -> None:
             DecoderGraph(model),
             dec_in,
             str(out_dir / "decoder.onnx"),
-            input_names=DECODER_INPUTS,
-            output_names=DECODER_OUTPUTS,
+            input_names=decoder_inputs(L),
+            output_names=decoder_outputs(L),
             dynamic_axes={
                 "input_ids": {0: B},
                 "position_ids": {0: B},
                 "encoder_attention_mask": {0: B, 1: S},
                 "self_attention_mask": {0: B, 1: "total_length"},
-                "cross_keys": {1: B, 3: S},
-                "cross_values": {1: B, 3: S},
-                "past_keys": {1: B, 3: T},
-                "past_values": {1: B, 3: T},
+                **{f"cross_{kind}.{l}": {0: B, 2: S} for kind in ("keys", "values") for l in range(L)},
+                **{f"past_{kind}.{l}": {0: B, 2: T} for kind in ("keys", "values") for l in range(L)},
                 "logits": {0: B},
-                "present_keys": {1: B, 3: "total_length"},
-                "present_values": {1: B, 3: "total_length"},
+                **{f"present_{kind}.{l}": {0: B, 2: "total_length"} for kind in ("keys", "values") for l in range(L)},
                 "self_attentions": {1: B, 3: "total_length"},
                 "cross_attentions": {1: B, 3: S},
             },
@@ -201,11 +216,13 @@ def check_graphs(model: Transformer, bundle_dir: Path, tolerance: float = TOLERA
     enc_ort = enc.run(ENCODER_OUTPUTS, ex["encoder"])
     with torch.no_grad():
         enc_pt = EncoderGraph(model)(*(torch.from_numpy(ex["encoder"][k]) for k in ENCODER_INPUTS))
-    dec_feed = dict(ex["decoder"], cross_keys=enc_ort[1], cross_values=enc_ort[2])
-    dec_ort = dec.run(DECODER_OUTPUTS, dec_feed)
+    L = model.config.n_decoder_layers
+    dec_feed = decoder_feed(ex["decoder"], enc_ort[1], enc_ort[2])
+    dec_ort = dec.run(decoder_outputs(L), dec_feed)
     with torch.no_grad():
-        dec_pt = DecoderGraph(model)(*(torch.from_numpy(dec_feed[k]) for k in DECODER_INPUTS))
-    for name, a, b in zip(ENCODER_OUTPUTS + DECODER_OUTPUTS, enc_ort + dec_ort, [*enc_pt, *dec_pt], strict=True):
+        dec_pt = DecoderGraph(model)(*(torch.from_numpy(dec_feed[k]) for k in decoder_inputs(L)))
+    names = ENCODER_OUTPUTS + decoder_outputs(L)
+    for name, a, b in zip(names, enc_ort + dec_ort, [*enc_pt, *dec_pt], strict=True):
         diff = float(np.abs(a - b.numpy()).max())
         worst = max(worst, diff)
         if not diff <= tolerance:

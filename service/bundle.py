@@ -10,7 +10,7 @@ from typing import Any
 
 import sentencepiece as spm
 
-FORMAT = "attnserve-bundle/1"
+FORMAT = "attnserve-bundle/2"
 
 
 class BundleError(ValueError):
@@ -143,7 +143,10 @@ def load_bundle(path: Path, verify: bool = True) -> Bundle:
     except json.JSONDecodeError as e:
         raise BundleError(f"{manifest_path}: not valid JSON: {e}") from e
     if manifest.get("format") != FORMAT:
-        raise BundleError(f"{manifest_path}: format {manifest.get('format')!r}, expected {FORMAT!r}")
+        raise BundleError(
+            f"{manifest_path}: format {manifest.get('format')!r}, expected {FORMAT!r} — export it again with this "
+            "version (`attnserve export CHECKPOINT DIR --force`, or `attnserve import-marian`)"
+        )
     hashes: dict[str, str] = manifest.get("sha256", {})
     tok = manifest["tokenizer"]
     needed = {tok["source"], tok["target"]}

@@ -4,7 +4,9 @@
 steps and finished ones leave (iteration-level batching); a row that joins late owns only the cache slots from its
 start on — the others are masked out (``self_attention_mask``), so a row's answer does not depend on its neighbours.
 
-Cache layout: ``past_keys``/``past_values`` (L, N, h, T, d_k) for N rows; row r owns slots ``start[r]:T``.
+Cache layout: ``past_keys``/``past_values`` one (N, h, T, d_k) array per layer for N rows; row r owns slots
+``start[r]:T``. Cross keys/values stay stacked as the encoder gives them, (L, N, h, S, d_k): layer l is a view.
+Every array stays C-contiguous, so ONNX Runtime reads it without a copy.
 """
 
 from __future__ import annotations
@@ -94,8 +96,8 @@ class BatchDecoder:
         """Forget every row (after a runner failure, or when the last row left)."""
         self.rows: list[_Row] = []
         L, h, d_k = self.spec.n_decoder_layers, self.spec.h, self.spec.d_k
-        self.past_keys = np.zeros((L, 0, h, 0, d_k), np.float32)
-        self.past_values = np.zeros((L, 0, h, 0, d_k), np.float32)
+        self.past_keys = [np.zeros((0, h, 0, d_k), np.float32) for _ in range(L)]
+        self.past_values = [np.zeros((0, h, 0, d_k), np.float32) for _ in range(L)]
         self.self_mask = np.zeros((0, 0), np.int64)  # (N, T)
         self.cross_keys = np.zeros((L, 0, h, 0, d_k), np.float32)
         self.cross_values = np.zeros((L, 0, h, 0, d_k), np.float32)
@@ -127,7 +129,7 @@ class BatchDecoder:
         S = max(S_new, self.encoder_mask.shape[1])
         T = self.self_mask.shape[1]
         n = len(rows_of)
-        L, h, d_k = self.spec.n_decoder_layers, self.spec.h, self.spec.d_k
+        h, d_k = self.spec.h, self.spec.d_k
 
         def pad_s(a: np.ndarray, axis: int) -> np.ndarray:
             width = [(0, 0)] * a.ndim
@@ -139,8 +141,9 @@ class BatchDecoder:
             [pad_s(self.cross_values, 3), pad_s(enc.cross_values[:, rows_of], 3)], axis=1
         )
         self.encoder_mask = np.concatenate([pad_s(self.encoder_mask, 1), pad_s(mask[rows_of], 1)], axis=0)
-        self.past_keys = np.concatenate([self.past_keys, np.zeros((L, n, h, T, d_k), np.float32)], axis=1)
-        self.past_values = np.concatenate([self.past_values, np.zeros((L, n, h, T, d_k), np.float32)], axis=1)
+        fresh = np.zeros((n, h, T, d_k), np.float32)
+        self.past_keys = [np.concatenate([k, fresh]) for k in self.past_keys]
+        self.past_values = [np.concatenate([v, fresh]) for v in self.past_values]
         self.self_mask = np.concatenate([self.self_mask, np.zeros((n, T), np.int64)], axis=0)
         for i, (key, r) in enumerate(requests):
             s = len(r.src)
@@ -194,7 +197,10 @@ class BatchDecoder:
             for parent, row in children:
                 keep.append(parent)
                 new_rows.append(row)
-        if keep != list(range(N)):
+        if len(keep) == N and all(self.rows[i].job is row.job for i, row in enumerate(new_rows)):
+            if keep != list(range(N)):  # beams reordered within their requests: only the caches differ
+                self.past_keys, self.past_values = self._take_rows(keep)
+        else:
             self._gather(keep)
         self.rows = new_rows
         self._trim()
@@ -262,10 +268,13 @@ class BatchDecoder:
         self.rows = [self.rows[i] for i in keep]
         self._trim()
 
+    def _take_rows(self, keep: list[int]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        ix = np.array(keep, dtype=np.int64)
+        return [k[ix] for k in self.past_keys], [v[ix] for v in self.past_values]
+
     def _gather(self, keep: list[int]) -> None:
         ix = np.array(keep, dtype=np.int64)
-        self.past_keys = self.past_keys[:, ix]
-        self.past_values = self.past_values[:, ix]
+        self.past_keys, self.past_values = self._take_rows(keep)
         self.self_mask = self.self_mask[ix]
         self.cross_keys = self.cross_keys[:, ix]
         self.cross_values = self.cross_values[:, ix]
@@ -279,16 +288,16 @@ class BatchDecoder:
         T = self.self_mask.shape[1]
         first = min(r.start for r in self.rows)
         if first > 0 and first * 4 >= T:
-            self.past_keys = self.past_keys[:, :, :, first:]
-            self.past_values = self.past_values[:, :, :, first:]
-            self.self_mask = self.self_mask[:, first:]
+            self.past_keys = [np.ascontiguousarray(k[:, :, first:]) for k in self.past_keys]
+            self.past_values = [np.ascontiguousarray(v[:, :, first:]) for v in self.past_values]
+            self.self_mask = np.ascontiguousarray(self.self_mask[:, first:])
             for r in self.rows:
                 r.start -= first
         S = int(self.encoder_mask.sum(axis=1).max())
         if self.encoder_mask.shape[1] * 3 >= S * 4:
-            self.cross_keys = self.cross_keys[:, :, :, :S]
-            self.cross_values = self.cross_values[:, :, :, :S]
-            self.encoder_mask = self.encoder_mask[:, :S]
+            self.cross_keys = np.ascontiguousarray(self.cross_keys[:, :, :, :S])
+            self.cross_values = np.ascontiguousarray(self.cross_values[:, :, :, :S])
+            self.encoder_mask = np.ascontiguousarray(self.encoder_mask[:, :S])
 
 
 def decode(runner: Runner, requests: list[DecodeRequest]) -> list[DecodeResult]:

@@ -49,8 +49,8 @@ class EncoderOutput:
 @dataclass(frozen=True)
 class StepOutput:
     logits: np.ndarray  # (B, V)
-    present_keys: np.ndarray  # (L_dec, B, h, T + 1, d_k)
-    present_values: np.ndarray
+    present_keys: list[np.ndarray]  # per decoder layer (B, h, T + 1, d_k)
+    present_values: list[np.ndarray]
     self_attentions: np.ndarray  # (L_dec, B, h, T + 1)
     cross_attentions: np.ndarray  # (L_dec, B, h, S)
 
@@ -87,21 +87,27 @@ class Runner:
         self_attention_mask: np.ndarray,
         cross_keys: np.ndarray,
         cross_values: np.ndarray,
-        past_keys: np.ndarray,
-        past_values: np.ndarray,
+        past_keys: list[np.ndarray],
+        past_values: list[np.ndarray],
     ) -> StepOutput:
-        """One decoding step for B sequences; see docs/ARCHITECTURE.md for the shapes."""
-        out = self.decoder.run(
-            None,
-            {
-                "input_ids": input_ids,
-                "position_ids": position_ids,
-                "encoder_attention_mask": encoder_attention_mask,
-                "self_attention_mask": self_attention_mask,
-                "cross_keys": cross_keys,
-                "cross_values": cross_values,
-                "past_keys": past_keys,
-                "past_values": past_values,
-            },
-        )
-        return StepOutput(*out)
+        """One decoding step for B sequences; see docs/ARCHITECTURE.md for the shapes.
+
+        ``cross_keys``/``cross_values`` are the encoder's stacked (L, B, h, S, d_k); ``past_keys``/``past_values``
+        one (B, h, T, d_k) array per layer. Arrays should be C-contiguous, or ONNX Runtime copies them.
+        """
+        feed = {
+            "input_ids": input_ids,
+            "position_ids": position_ids,
+            "encoder_attention_mask": encoder_attention_mask,
+            "self_attention_mask": self_attention_mask,
+        }
+        for kind, layers in (
+            ("cross_keys", cross_keys),
+            ("cross_values", cross_values),
+            ("past_keys", past_keys),
+            ("past_values", past_values),
+        ):
+            feed.update({f"{kind}.{l}": layer for l, layer in enumerate(layers)})
+        logits, *rest = self.decoder.run(None, feed)
+        L = self.spec.n_decoder_layers
+        return StepOutput(logits, rest[:L], rest[L : 2 * L], rest[2 * L], rest[2 * L + 1])

@@ -100,8 +100,8 @@ def test_forced_target_and_cross_attention_equal_the_onnx_steps(server: Server, 
     src = np.array([bundle.tokenizer.encode_source("Delete the selected files?")], np.int64)
     _, ck, cv = enc.run(None, {"input_ids": src, "attention_mask": np.ones_like(src)})
     spec = bundle.spec
-    pk = np.zeros((spec.n_decoder_layers, 1, spec.h, 0, spec.d_k), np.float32)
-    pv = pk
+    L = spec.n_decoder_layers
+    pk = pv = [np.zeros((1, spec.h, 0, spec.d_k), np.float32)] * L
     previous = spec.decoder_start_id
     for t, token in enumerate(forced):
         feed = {
@@ -109,12 +109,13 @@ def test_forced_target_and_cross_attention_equal_the_onnx_steps(server: Server, 
             "position_ids": np.array([[t]], np.int64),
             "encoder_attention_mask": np.ones_like(src),
             "self_attention_mask": np.ones((1, t + 1), np.int64),
-            "cross_keys": ck,
-            "cross_values": cv,
-            "past_keys": pk,
-            "past_values": pv,
+            **{f"cross_keys.{l}": ck[l] for l in range(L)},
+            **{f"cross_values.{l}": cv[l] for l in range(L)},
+            **{f"past_keys.{l}": pk[l] for l in range(L)},
+            **{f"past_values.{l}": pv[l] for l in range(L)},
         }
-        _, pk, pv, self_att, cross_att = dec.run(None, feed)
+        _, *present, self_att, cross_att = dec.run(None, feed)
+        pk, pv = present[:L], present[L:]
         np.testing.assert_allclose(np.array(body["cross"])[:, :, t], cross_att[:, 0], atol=1e-5)
         np.testing.assert_allclose(np.array(body["decoder"])[:, :, t, : t + 1], self_att[:, 0], atol=1e-5)
         previous = token

@@ -53,11 +53,11 @@ class FakeRunner:
         logits = np.full((B, 16), -10.0, np.float32)
         logits[np.arange(B), nxt] = 10.0
         T = self_attention_mask.shape[1]
-        kv = np.zeros((1, B, 2, T, 2), np.float32)
+        kv = np.zeros((B, 2, T, 2), np.float32)
         return StepOutput(
             logits,
-            kv,
-            kv.copy(),
+            [kv],
+            [kv.copy()],
             np.zeros((1, B, 2, T), np.float32),
             np.zeros((1, B, 2, cross_keys.shape[3]), np.float32),
         )

@@ -8,11 +8,10 @@
    (float32, float16, int8_float16) and transformers ``generate`` on CUDA (float32, float16), on the same weights
    (bench/peers.py's conversions) and the same token ids.
 
-The runner does not use IOBinding yet: each decoding step sends its inputs (the whole key/value cache) from host
-memory to the GPU and brings its outputs back. Its rows say "no IOBinding": this measures the runner as it is, not
-what ONNX Runtime can do with the cache kept on the device. ONNX Runtime's CUDA execution provider may compute
-float32 MatMuls in TF32 on Ampere and newer GPUs (its ``use_tf32`` option, on by default, which the runner does not
-set): if the check fails on attention weights alone, that is the first suspect.
+On CUDA the runner binds its inputs and outputs (IOBinding): the key/value caches stay on the GPU from one step to
+the next, and only token ids, masks, logits and attention rows cross to the host. ONNX Runtime's CUDA execution
+provider may compute float32 MatMuls in TF32 on Ampere and newer GPUs (its ``use_tf32`` option, on by default, which
+the runner does not set): if the check fails on attention weights alone, that is the first suspect.
 
 Needs onnxruntime-gpu (instead of onnxruntime, see README "GPU") and a CUDA GPU; without a CUDA execution provider it
 stops at once with "no CUDA execution provider". CTranslate2 and transformers rows need their CUDA builds (skipped,
@@ -98,7 +97,7 @@ def check_gpu_equals_cpu(bundle_dir: Path, sources: list[list[int]], max_length:
     from service.runner import Runner
 
     bundle = load_bundle(bundle_dir, verify=False)
-    cpu, gpu = Runner(bundle, "cpu", 1), Runner(bundle, "cuda", 1)
+    cpu, gpu = Runner(bundle, "cpu", 1), Runner(bundle, "cuda", 1, io_binding=True)
     if gpu.provider != CUDA:
         sys.exit(f"gpu: the runner chose {gpu.provider}, not {CUDA}")
     check = Check(n=len(sources))
@@ -126,7 +125,7 @@ def check_gpu_equals_cpu(bundle_dir: Path, sources: list[list[int]], max_length:
 
 @dataclass
 class Row:
-    engine: str  # label, e.g. "attnserve runner (no IOBinding)"
+    engine: str  # label, e.g. "attnserve runner (CUDA EP, IOBinding)"
     key: str  # "attnserve", "ctranslate2", "transformers"
     compute: str
     beam: int
@@ -150,7 +149,9 @@ def load_engines(
                 notes.append(f"attnserve {variant}: the bundle has no {variant} variant (skipped)")
                 continue
             try:
-                engines[("attnserve", variant)] = peers.AttnserveEngine(prepared.bundle, variant, 1, provider="cuda")
+                engines[("attnserve", variant)] = peers.AttnserveEngine(
+                    prepared.bundle, variant, 1, provider="cuda", io_binding=True
+                )
             except Exception as e:  # a variant the runner cannot drive yet is a result, not a crash
                 notes.append(f"attnserve {variant}: could not load ({type(e).__name__}: {e})")
     if "ctranslate2" in wanted:
@@ -175,7 +176,7 @@ def load_engines(
 
 
 LABELS = {
-    "attnserve": "attnserve runner (CUDA EP, no IOBinding)",
+    "attnserve": "attnserve runner (CUDA EP, IOBinding)",
     "ctranslate2": "CTranslate2 (cuda)",
     "transformers": "transformers (cuda)",
 }
@@ -333,8 +334,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{versions('onnxruntime-gpu', 'onnxruntime', 'ctranslate2', 'torch', 'transformers')}.\n\n"
         f"{len(sources)} sentences (deterministic sample of the test split), the same token ids for every engine, "
         f"`max_length` {max_length}, batches sorted by length, median of {args.repeats} interleaved runs, one "
-        "warm-up batch per engine. attnserve's runner copies every step's inputs and outputs between host and "
-        "GPU (no IOBinding yet): its rows measure the runner as it is.\n\n"
+        "warm-up batch per engine. attnserve's runner keeps its key/value caches on the GPU (IOBinding).\n\n"
         f"### GPU = CPU\n\n{check_text}\n\n### Throughput\n\n{result}\n\n"
         + "".join(f"- {n}\n" for n in notes)
         + f"\n![throughput against batch size]({image.name})\n"

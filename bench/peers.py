@@ -109,14 +109,21 @@ def strip_eos(tokens: Sequence[int], eos: int) -> list[int]:
 
 
 class AttnserveEngine:
-    """attnserve's runner without HTTP: ``decode(Runner(bundle, provider, threads, variant), requests)``."""
+    """attnserve's runner without HTTP: ``decode(Runner(bundle, provider, threads, variant, io_binding), requests)``."""
 
-    def __init__(self, bundle_dir: Path, variant: str = "float32", threads: int = 1, provider: str = "cpu") -> None:
+    def __init__(
+        self,
+        bundle_dir: Path,
+        variant: str = "float32",
+        threads: int = 1,
+        provider: str = "cpu",
+        io_binding: bool | None = None,
+    ) -> None:
         from service.bundle import load_bundle
         from service.runner import Runner
 
         self.bundle = load_bundle(bundle_dir, verify=False)
-        self.runner = Runner(self.bundle, provider, threads, variant)  # type: ignore[arg-type]
+        self.runner = Runner(self.bundle, provider, threads, variant, io_binding)  # type: ignore[arg-type]
         self.eos = self.bundle.spec.eos_id
 
     def batch(self, sources: list[list[int]], beam: int, max_length: int) -> list[list[int]]:

@@ -16,6 +16,7 @@ import logging
 import shutil
 import tempfile
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,19 +36,20 @@ TOLERANCE = 1e-4
 
 
 class EncoderGraph(nn.Module):
-    """encoder.onnx: (input_ids, attention_mask) -> encoder_attentions, cross_keys, cross_values."""
+    """encoder.onnx: (input_ids, attention_mask) -> encoder_attentions, then per decoder layer its cross keys and
+    values (the encoder output projected by that layer's encoder-decoder attention)."""
 
     def __init__(self, model: Transformer) -> None:
         super().__init__()
         self.model = model
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> tuple[Tensor, ...]:
         memory, weights = self.model.encode(input_ids, padding_mask(attention_mask))
         memory_kv = self.model.memory_kv(memory)
         return (
-            torch.stack(weights),  # (L, B, h, S, S)
-            torch.stack([k for k, _ in memory_kv]),  # (L, B, h, S, d_k)
-            torch.stack([v for _, v in memory_kv]),  # (L, B, h, S, d_k)
+            torch.stack(weights),  # (L_enc, B, h, S, S)
+            *(k for k, _ in memory_kv),  # L_dec × (B, h, S, d_k)
+            *(v for _, v in memory_kv),
         )
 
 
@@ -91,7 +93,11 @@ class DecoderGraph(nn.Module):
 
 
 ENCODER_INPUTS = ["input_ids", "attention_mask"]
-ENCODER_OUTPUTS = ["encoder_attentions", "cross_keys", "cross_values"]
+
+
+def encoder_outputs(L: int) -> list[str]:
+    """encoder.onnx's output names for L decoder layers, in EncoderGraph.forward's order."""
+    return ["encoder_attentions", *(f"{kind}.{l}" for kind in ("cross_keys", "cross_values") for l in range(L))]
 
 
 def decoder_inputs(L: int) -> list[str]:
@@ -106,18 +112,13 @@ def decoder_outputs(L: int) -> list[str]:
     return ["logits", *present, "self_attentions", "cross_attentions"]
 
 
-def decoder_feed(
-    step: dict[str, np.ndarray], cross_keys: np.ndarray, cross_values: np.ndarray
-) -> dict[str, np.ndarray]:
-    """A decoder.onnx feed from example_inputs' step (stacked past) and the encoder's stacked cross keys/values."""
+def decoder_feed(step: dict[str, np.ndarray], cross: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+    """A decoder.onnx feed from example_inputs' step (past stacked over layers) and the encoder's cross outputs."""
+    L = len(cross) // 2
     feed = {k: v for k, v in step.items() if k not in ("past_keys", "past_values")}
-    for kind, stacked in (
-        ("cross_keys", cross_keys),
-        ("cross_values", cross_values),
-        ("past_keys", step["past_keys"]),
-        ("past_values", step["past_values"]),
-    ):
-        feed.update({f"{kind}.{l}": np.ascontiguousarray(layer) for l, layer in enumerate(stacked)})
+    for l in range(L):
+        feed[f"cross_keys.{l}"], feed[f"cross_values.{l}"] = cross[l], cross[L + l]
+        feed[f"past_keys.{l}"], feed[f"past_values.{l}"] = step["past_keys"][l], step["past_values"][l]
     return feed
 
 
@@ -156,9 +157,9 @@ def export_graphs(model: Transformer, out_dir: Path) -> None:
     ex = example_inputs(c)
     enc_in = tuple(torch.from_numpy(ex["encoder"][k]) for k in ENCODER_INPUTS)
     with torch.no_grad():
-        _, ck, cv = EncoderGraph(model)(*enc_in)
+        _, *cross = EncoderGraph(model)(*enc_in)
     L = c.n_decoder_layers
-    feed = decoder_feed(ex["decoder"], ck.numpy(), cv.numpy())
+    feed = decoder_feed(ex["decoder"], [x.numpy() for x in cross])
     dec_in = tuple(torch.from_numpy(feed[k]) for k in decoder_inputs(L))
     B, S, T = "batch", "source_length", "past_length"
     common: dict[str, Any] = dict(opset_version=OPSET, do_constant_folding=False, dynamo=False)
@@ -169,13 +170,12 @@ def export_graphs(model: Transformer, out_dir: Path) -> None:
             enc_in,
             str(out_dir / "encoder.onnx"),
             input_names=ENCODER_INPUTS,
-            output_names=ENCODER_OUTPUTS,
+            output_names=encoder_outputs(L),
             dynamic_axes={
                 "input_ids": {0: B, 1: S},
                 "attention_mask": {0: B, 1: S},
                 "encoder_attentions": {1: B, 3: S, 4: S},
-                "cross_keys": {1: B, 3: S},
-                "cross_values": {1: B, 3: S},
+                **{f"cross_{kind}.{l}": {0: B, 2: S} for kind in ("keys", "values") for l in range(L)},
             },
             **common,
         )
@@ -213,15 +213,15 @@ def check_graphs(model: Transformer, bundle_dir: Path, tolerance: float = TOLERA
     enc = ort.InferenceSession(str(bundle_dir / "encoder.onnx"), opts, providers=["CPUExecutionProvider"])
     dec = ort.InferenceSession(str(bundle_dir / "decoder.onnx"), opts, providers=["CPUExecutionProvider"])
     worst = 0.0
-    enc_ort = enc.run(ENCODER_OUTPUTS, ex["encoder"])
+    L = model.config.n_decoder_layers
+    enc_ort = enc.run(encoder_outputs(L), ex["encoder"])
     with torch.no_grad():
         enc_pt = EncoderGraph(model)(*(torch.from_numpy(ex["encoder"][k]) for k in ENCODER_INPUTS))
-    L = model.config.n_decoder_layers
-    dec_feed = decoder_feed(ex["decoder"], enc_ort[1], enc_ort[2])
+    dec_feed = decoder_feed(ex["decoder"], enc_ort[1:])
     dec_ort = dec.run(decoder_outputs(L), dec_feed)
     with torch.no_grad():
         dec_pt = DecoderGraph(model)(*(torch.from_numpy(dec_feed[k]) for k in decoder_inputs(L)))
-    names = ENCODER_OUTPUTS + decoder_outputs(L)
+    names = encoder_outputs(L) + decoder_outputs(L)
     for name, a, b in zip(names, enc_ort + dec_ort, [*enc_pt, *dec_pt], strict=True):
         diff = float(np.abs(a - b.numpy()).max())
         worst = max(worst, diff)

@@ -4,9 +4,9 @@
 steps and finished ones leave (iteration-level batching); a row that joins late owns only the cache slots from its
 start on — the others are masked out (``self_attention_mask``), so a row's answer does not depend on its neighbours.
 
-Cache layout: ``past_keys``/``past_values`` one (N, h, T, d_k) array per layer for N rows; row r owns slots
-``start[r]:T``. Cross keys/values stay stacked as the encoder gives them, (L, N, h, S, d_k): layer l is a view.
-Every array stays C-contiguous, so ONNX Runtime reads it without a copy.
+Cache layout, one cache per decoder layer (the runner's kind: numpy, or device values with IOBinding, handled
+through ``runner.tensors``): ``past_keys``/``past_values`` (N, h, T, d_k) for N rows, row r owning slots
+``start[r]:T``; ``cross_keys``/``cross_values`` (N, h, S, d_k).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from service.bundle import ModelSpec
-from service.runner import Runner, StepOutput
+from service.runner import Cache, Runner, StepOutput
 
 
 @dataclass(frozen=True)
@@ -90,17 +90,19 @@ class BatchDecoder:
     def __init__(self, runner: Runner) -> None:
         self.runner = runner
         self.spec: ModelSpec = runner.spec
+        self.tensors = runner.tensors
         self.reset()
 
     def reset(self) -> None:
         """Forget every row (after a runner failure, or when the last row left)."""
         self.rows: list[_Row] = []
         L, h, d_k = self.spec.n_decoder_layers, self.spec.h, self.spec.d_k
-        self.past_keys = [np.zeros((0, h, 0, d_k), np.float32) for _ in range(L)]
-        self.past_values = [np.zeros((0, h, 0, d_k), np.float32) for _ in range(L)]
+        empty = self.tensors.empty((0, h, 0, d_k))
+        self.past_keys: list[Cache] = [empty] * L
+        self.past_values: list[Cache] = [empty] * L
         self.self_mask = np.zeros((0, 0), np.int64)  # (N, T)
-        self.cross_keys = np.zeros((L, 0, h, 0, d_k), np.float32)
-        self.cross_values = np.zeros((L, 0, h, 0, d_k), np.float32)
+        self.cross_keys: list[Cache] = [empty] * L
+        self.cross_values: list[Cache] = [empty] * L
         self.encoder_mask = np.zeros((0, 0), np.int64)  # (N, S)
 
     @property
@@ -129,21 +131,21 @@ class BatchDecoder:
         S = max(S_new, self.encoder_mask.shape[1])
         T = self.self_mask.shape[1]
         n = len(rows_of)
-        h, d_k = self.spec.h, self.spec.d_k
+        tensors = self.tensors
 
-        def pad_s(a: np.ndarray, axis: int) -> np.ndarray:
-            width = [(0, 0)] * a.ndim
-            width[axis] = (0, S - a.shape[axis])
-            return np.pad(a, width)
+        def join(old: Cache, new: Cache) -> Cache:  # old rows and the new rows (of enc), both padded to S
+            old = tensors.pad(old, 2, S - tensors.shape(old)[2])
+            new = tensors.take(new, rows_of) if n != len(requests) else new
+            return tensors.cat(old, tensors.pad(new, 2, S - S_new))
 
-        self.cross_keys = np.concatenate([pad_s(self.cross_keys, 3), pad_s(enc.cross_keys[:, rows_of], 3)], axis=1)
-        self.cross_values = np.concatenate(
-            [pad_s(self.cross_values, 3), pad_s(enc.cross_values[:, rows_of], 3)], axis=1
+        self.cross_keys = [join(a, b) for a, b in zip(self.cross_keys, enc.cross_keys, strict=True)]
+        self.cross_values = [join(a, b) for a, b in zip(self.cross_values, enc.cross_values, strict=True)]
+        S_old = self.encoder_mask.shape[1]
+        self.encoder_mask = np.concatenate(
+            [np.pad(self.encoder_mask, ((0, 0), (0, S - S_old))), np.pad(mask[rows_of], ((0, 0), (0, S - S_new)))]
         )
-        self.encoder_mask = np.concatenate([pad_s(self.encoder_mask, 1), pad_s(mask[rows_of], 1)], axis=0)
-        fresh = np.zeros((n, h, T, d_k), np.float32)
-        self.past_keys = [np.concatenate([k, fresh]) for k in self.past_keys]
-        self.past_values = [np.concatenate([v, fresh]) for v in self.past_values]
+        self.past_keys = [tensors.pad(k, 0, n) for k in self.past_keys]  # the new rows own no slot yet
+        self.past_values = [tensors.pad(v, 0, n) for v in self.past_values]
         self.self_mask = np.concatenate([self.self_mask, np.zeros((n, T), np.int64)], axis=0)
         for i, (key, r) in enumerate(requests):
             s = len(r.src)
@@ -268,16 +270,17 @@ class BatchDecoder:
         self.rows = [self.rows[i] for i in keep]
         self._trim()
 
-    def _take_rows(self, keep: list[int]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    def _take_rows(self, keep: list[int]) -> tuple[list[Cache], list[Cache]]:
         ix = np.array(keep, dtype=np.int64)
-        return [k[ix] for k in self.past_keys], [v[ix] for v in self.past_values]
+        take = self.tensors.take
+        return [take(k, ix) for k in self.past_keys], [take(v, ix) for v in self.past_values]
 
     def _gather(self, keep: list[int]) -> None:
         ix = np.array(keep, dtype=np.int64)
         self.past_keys, self.past_values = self._take_rows(keep)
         self.self_mask = self.self_mask[ix]
-        self.cross_keys = self.cross_keys[:, ix]
-        self.cross_values = self.cross_values[:, ix]
+        self.cross_keys = [self.tensors.take(k, ix) for k in self.cross_keys]
+        self.cross_values = [self.tensors.take(v, ix) for v in self.cross_values]
         self.encoder_mask = self.encoder_mask[ix]
 
     def _trim(self) -> None:
@@ -287,16 +290,17 @@ class BatchDecoder:
             return
         T = self.self_mask.shape[1]
         first = min(r.start for r in self.rows)
+        narrow = self.tensors.narrow
         if first > 0 and first * 4 >= T:
-            self.past_keys = [np.ascontiguousarray(k[:, :, first:]) for k in self.past_keys]
-            self.past_values = [np.ascontiguousarray(v[:, :, first:]) for v in self.past_values]
+            self.past_keys = [narrow(k, 2, first, T) for k in self.past_keys]
+            self.past_values = [narrow(v, 2, first, T) for v in self.past_values]
             self.self_mask = np.ascontiguousarray(self.self_mask[:, first:])
             for r in self.rows:
                 r.start -= first
         S = int(self.encoder_mask.sum(axis=1).max())
         if self.encoder_mask.shape[1] * 3 >= S * 4:
-            self.cross_keys = np.ascontiguousarray(self.cross_keys[:, :, :, :S])
-            self.cross_values = np.ascontiguousarray(self.cross_values[:, :, :, :S])
+            self.cross_keys = [narrow(k, 2, 0, S) for k in self.cross_keys]
+            self.cross_values = [narrow(v, 2, 0, S) for v in self.cross_values]
             self.encoder_mask = np.ascontiguousarray(self.encoder_mask[:, :S])
 
 

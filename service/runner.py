@@ -1,10 +1,16 @@
-"""ONNX Runtime sessions of one bundle: token ids in, logits, caches and attention weights out. No HTTP here."""
+"""ONNX Runtime sessions of one bundle: token ids in, logits, caches and attention weights out. No HTTP here.
+
+The key/value caches are the runner's own kind of array (:data:`Cache`): numpy arrays on the CPU, or, with
+IOBinding (the default on CUDA), ONNX Runtime values that stay on the device from one decoding step to the next.
+:class:`HostTensors` and :class:`DeviceTensors` give the few operations that batching needs on them (take rows,
+append rows, pad, narrow), so the decoder never looks inside a cache.
+"""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import onnxruntime as ort
@@ -16,6 +22,7 @@ log = logging.getLogger(__name__)
 Provider = Literal["auto", "cuda", "cpu"]
 CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"
+Cache = Any  # np.ndarray (host) or ort.OrtValue (IOBinding): one layer's keys or values, (B, h, T, d_k)
 
 
 class ProviderError(RuntimeError):
@@ -42,23 +49,139 @@ def choose_provider(requested: Provider) -> str:
 @dataclass(frozen=True)
 class EncoderOutput:
     attentions: np.ndarray  # (L_enc, B, h, S, S)
-    cross_keys: np.ndarray  # (L_dec, B, h, S, d_k)
-    cross_values: np.ndarray
+    cross_keys: list[Cache]  # per decoder layer (B, h, S, d_k)
+    cross_values: list[Cache]
 
 
 @dataclass(frozen=True)
 class StepOutput:
     logits: np.ndarray  # (B, V)
-    present_keys: list[np.ndarray]  # per decoder layer (B, h, T + 1, d_k)
-    present_values: list[np.ndarray]
+    present_keys: list[Cache]  # per decoder layer (B, h, T + 1, d_k)
+    present_values: list[Cache]
     self_attentions: np.ndarray  # (L_dec, B, h, T + 1)
     cross_attentions: np.ndarray  # (L_dec, B, h, S)
 
 
-class Runner:
-    """The encoder and decoder-step sessions of one bundle."""
+class Tensors(Protocol):
+    """The operations batching needs on caches; every result is a new, contiguous cache."""
 
-    def __init__(self, bundle: Bundle, provider: Provider = "auto", threads: int = 1, variant: str = "float32") -> None:
+    def empty(self, shape: tuple[int, ...]) -> Cache: ...
+    def shape(self, x: Cache) -> tuple[int, ...]: ...
+    def take(self, x: Cache, rows: np.ndarray) -> Cache: ...  # x[rows]
+    def cat(self, x: Cache, y: Cache) -> Cache: ...  # x and y's rows
+    def pad(self, x: Cache, axis: int, n: int) -> Cache: ...  # n zeros appended along axis
+    def narrow(self, x: Cache, axis: int, start: int, stop: int) -> Cache: ...  # x[start:stop] along axis
+
+
+class HostTensors:
+    """Caches as numpy arrays."""
+
+    def empty(self, shape: tuple[int, ...]) -> np.ndarray:
+        return np.zeros(shape, np.float32)
+
+    def shape(self, x: np.ndarray) -> tuple[int, ...]:
+        return tuple(x.shape)
+
+    def take(self, x: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        return x[rows]
+
+    def cat(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        return np.concatenate([x, y])
+
+    def pad(self, x: np.ndarray, axis: int, n: int) -> np.ndarray:
+        if n == 0:
+            return x
+        width = [(0, 0)] * x.ndim
+        width[axis] = (0, n)
+        return np.pad(x, width)
+
+    def narrow(self, x: np.ndarray, axis: int, start: int, stop: int) -> np.ndarray:
+        index = [slice(None)] * x.ndim
+        index[axis] = slice(start, stop)
+        return np.ascontiguousarray(x[tuple(index)])
+
+
+class DeviceTensors:
+    """Caches as ONNX Runtime values on the execution provider's device; each operation is a one-node ONNX graph
+    run there with IOBinding, so a cache never leaves the device. Needs the ``onnx`` package (``.[gpu]``)."""
+
+    def __init__(self, providers: list[str], device: str, options: ort.SessionOptions) -> None:
+        from onnx import TensorProto, helper
+
+        self.device = device
+
+        def session(op: str, inputs: list[tuple[str, int]], **attributes: Any) -> ort.InferenceSession:
+            node = helper.make_node(op, [name for name, _ in inputs], ["y"], **attributes)
+            graph = helper.make_graph(
+                [node],
+                op,
+                [helper.make_tensor_value_info(name, kind, None) for name, kind in inputs],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+            )
+            model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+            model.ir_version = 8
+            return ort.InferenceSession(model.SerializeToString(), options, providers=providers)
+
+        f, i = TensorProto.FLOAT, TensorProto.INT64
+        self._take = session("Gather", [("x", f), ("rows", i)], axis=0)
+        self._cat = session("Concat", [("x", f), ("z", f)], axis=0)
+        self._pad = session("Pad", [("x", f), ("pads", i)])
+        self._slice = session("Slice", [("x", f), ("starts", i), ("ends", i), ("axes", i)])
+
+    def _run(self, session: ort.InferenceSession, x: ort.OrtValue, **host: np.ndarray) -> ort.OrtValue:
+        binding = session.io_binding()
+        binding.bind_ortvalue_input("x", x)
+        for name, value in host.items():
+            if isinstance(value, ort.OrtValue):
+                binding.bind_ortvalue_input(name, value)
+            else:
+                binding.bind_cpu_input(name, value)
+        binding.bind_output("y", self.device)
+        session.run_with_iobinding(binding)
+        out: ort.OrtValue = binding.get_outputs()[0]
+        return out
+
+    def empty(self, shape: tuple[int, ...]) -> ort.OrtValue:
+        return ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, np.float32), self.device, 0)
+
+    def shape(self, x: ort.OrtValue) -> tuple[int, ...]:
+        return tuple(x.shape())
+
+    def take(self, x: ort.OrtValue, rows: np.ndarray) -> ort.OrtValue:
+        return self._run(self._take, x, rows=np.asarray(rows, np.int64))
+
+    def cat(self, x: ort.OrtValue, y: ort.OrtValue) -> ort.OrtValue:
+        return self._run(self._cat, x, z=y)
+
+    def pad(self, x: ort.OrtValue, axis: int, n: int) -> ort.OrtValue:
+        if n == 0:
+            return x
+        rank = len(x.shape())
+        pads = np.zeros(2 * rank, np.int64)
+        pads[rank + axis] = n
+        return self._run(self._pad, x, pads=pads)
+
+    def narrow(self, x: ort.OrtValue, axis: int, start: int, stop: int) -> ort.OrtValue:
+        one = lambda v: np.array([v], np.int64)  # noqa: E731
+        return self._run(self._slice, x, starts=one(start), ends=one(stop), axes=one(axis))
+
+
+class Runner:
+    """The encoder and decoder-step sessions of one bundle.
+
+    Args:
+        io_binding: keep the caches on the device between steps (:class:`DeviceTensors`); default: on CUDA.
+            On the CPU it only adds work, but it runs the same code path, which is how the tests check it.
+    """
+
+    def __init__(
+        self,
+        bundle: Bundle,
+        provider: Provider = "auto",
+        threads: int = 1,
+        variant: str = "float32",
+        io_binding: bool | None = None,
+    ) -> None:
         self.bundle = bundle
         self.variant = variant
         self.spec = bundle.spec
@@ -72,12 +195,45 @@ class Runner:
         providers = [self.provider] if self.provider == CPU else [self.provider, CPU]
         self.encoder = ort.InferenceSession(str(bundle.graph("encoder", variant)), opts, providers=providers)
         self.decoder = ort.InferenceSession(str(bundle.graph("decoder", variant)), opts, providers=providers)
-        log.info("bundle %s (%s) on %s (%d intra-op threads)", bundle.name, variant, self.provider, threads)
+        self.io_binding = self.provider == CUDA if io_binding is None else io_binding
+        self.device = "cuda" if self.provider == CUDA else "cpu"
+        self.tensors: Tensors = DeviceTensors(providers, self.device, opts) if self.io_binding else HostTensors()
+        L = self.spec.n_decoder_layers
+        self._encoder_outputs = [o.name for o in self.encoder.get_outputs()]
+        self._decoder_outputs = [o.name for o in self.decoder.get_outputs()]
+        self._caches = {f"{kind}.{l}" for kind in ("cross_keys", "cross_values", "present_keys", "present_values")
+                        for l in range(L)}  # fmt: skip
+        log.info(
+            "bundle %s (%s) on %s (%d intra-op threads%s)",
+            bundle.name,
+            variant,
+            self.provider,
+            threads,
+            ", IOBinding" if self.io_binding else "",
+        )
+
+    def _run(self, session: ort.InferenceSession, outputs: list[str], feed: dict[str, Any]) -> list[Any]:
+        """Run a session; with IOBinding, cache outputs stay on the device and the rest come back as numpy."""
+        if not self.io_binding:
+            return session.run(outputs, feed)
+        binding = session.io_binding()
+        for name, value in feed.items():
+            if isinstance(value, ort.OrtValue):
+                binding.bind_ortvalue_input(name, value)
+            else:
+                binding.bind_cpu_input(name, value)
+        for name in outputs:
+            binding.bind_output(name, self.device if name in self._caches else "cpu")
+        session.run_with_iobinding(binding)
+        values = binding.get_outputs()
+        return [v if name in self._caches else v.numpy() for name, v in zip(outputs, values, strict=True)]
 
     def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> EncoderOutput:
-        """input_ids, attention_mask (B, S) int64 -> encoder attentions and the decoder's cross keys/values."""
-        att, keys, values = self.encoder.run(None, {"input_ids": input_ids, "attention_mask": attention_mask})
-        return EncoderOutput(att, keys, values)
+        """input_ids, attention_mask (B, S) int64 -> encoder attentions and each decoder layer's cross keys/values."""
+        feed = {"input_ids": input_ids, "attention_mask": attention_mask}
+        attentions, *cross = self._run(self.encoder, self._encoder_outputs, feed)
+        L = self.spec.n_decoder_layers
+        return EncoderOutput(attentions, cross[:L], cross[L:])
 
     def step(
         self,
@@ -85,17 +241,14 @@ class Runner:
         position_ids: np.ndarray,
         encoder_attention_mask: np.ndarray,
         self_attention_mask: np.ndarray,
-        cross_keys: np.ndarray,
-        cross_values: np.ndarray,
-        past_keys: list[np.ndarray],
-        past_values: list[np.ndarray],
+        cross_keys: list[Cache],
+        cross_values: list[Cache],
+        past_keys: list[Cache],
+        past_values: list[Cache],
     ) -> StepOutput:
-        """One decoding step for B sequences; see docs/ARCHITECTURE.md for the shapes.
-
-        ``cross_keys``/``cross_values`` are the encoder's stacked (L, B, h, S, d_k); ``past_keys``/``past_values``
-        one (B, h, T, d_k) array per layer. Arrays should be C-contiguous, or ONNX Runtime copies them.
-        """
-        feed = {
+        """One decoding step for B sequences; see docs/ARCHITECTURE.md for the shapes. Host caches should be
+        C-contiguous (:class:`HostTensors` keeps them so), or ONNX Runtime copies them."""
+        feed: dict[str, Any] = {
             "input_ids": input_ids,
             "position_ids": position_ids,
             "encoder_attention_mask": encoder_attention_mask,
@@ -108,6 +261,6 @@ class Runner:
             ("past_values", past_values),
         ):
             feed.update({f"{kind}.{l}": layer for l, layer in enumerate(layers)})
-        logits, *rest = self.decoder.run(None, feed)
+        logits, *rest = self._run(self.decoder, self._decoder_outputs, feed)
         L = self.spec.n_decoder_layers
         return StepOutput(logits, rest[:L], rest[L : 2 * L], rest[2 * L], rest[2 * L + 1])

@@ -40,5 +40,5 @@ def test_runs_with_the_cpu_standing_in(tiny_bundle: Path, tmp_path: Path, monkey
     assert gpu.main(args) == 0  # CPU = CPU: the check passes
     text = (tmp_path / "BENCHMARKS.md").read_text()
     assert "**PASS**: 4/4" in text
-    assert "attnserve runner (CUDA EP, no IOBinding) | float32 | greedy | 4 |" in text
+    assert "attnserve runner (CUDA EP, IOBinding) | float32 | greedy | 4 |" in text
     assert not plots or (tmp_path / "gpu-throughput.png").stat().st_size > 0

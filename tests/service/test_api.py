@@ -98,9 +98,10 @@ def test_forced_target_and_cross_attention_equal_the_onnx_steps(server: Server, 
     enc = ort.InferenceSession(str(bundle.graph("encoder")), providers=["CPUExecutionProvider"])
     dec = ort.InferenceSession(str(bundle.graph("decoder")), providers=["CPUExecutionProvider"])
     src = np.array([bundle.tokenizer.encode_source("Delete the selected files?")], np.int64)
-    _, ck, cv = enc.run(None, {"input_ids": src, "attention_mask": np.ones_like(src)})
+    _, *cross = enc.run(None, {"input_ids": src, "attention_mask": np.ones_like(src)})
     spec = bundle.spec
     L = spec.n_decoder_layers
+    ck, cv = cross[:L], cross[L:]
     pk = pv = [np.zeros((1, spec.h, 0, spec.d_k), np.float32)] * L
     previous = spec.decoder_start_id
     for t, token in enumerate(forced):

@@ -9,7 +9,7 @@ import pytest
 
 from service.bundle import ModelSpec
 from service.decoding import BatchDecoder, DecodeRequest
-from service.runner import EncoderOutput, StepOutput
+from service.runner import EncoderOutput, HostTensors, StepOutput
 from service.scheduler import DeadlineExceeded, QueueFull, Scheduler, StepStats
 
 SPEC = ModelSpec(
@@ -22,6 +22,7 @@ class FakeRunner:
     """Sequence i emits tokens src[0]+1, src[0]+2, ... and </s> after len(src) tokens."""
 
     spec = SPEC
+    tensors = HostTensors()
 
     def __init__(self) -> None:
         self.step_rows: list[int] = []
@@ -29,10 +30,10 @@ class FakeRunner:
     def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> EncoderOutput:
         B, S = input_ids.shape
         lengths = attention_mask.sum(1)
-        keys = np.zeros((1, B, 2, S, 2), np.float32)
-        keys[0, :, 0, 0, 0] = input_ids[:, 0]  # remember the first token and the length in the cross keys
-        keys[0, :, 0, 0, 1] = lengths
-        return EncoderOutput(np.zeros((1, B, 2, S, S), np.float32), keys, keys.copy())
+        keys = np.zeros((B, 2, S, 2), np.float32)
+        keys[:, 0, 0, 0] = input_ids[:, 0]  # remember the first token and the length in the cross keys
+        keys[:, 0, 0, 1] = lengths
+        return EncoderOutput(np.zeros((1, B, 2, S, S), np.float32), [keys], [keys.copy()])
 
     def step(
         self,
@@ -47,7 +48,7 @@ class FakeRunner:
     ) -> StepOutput:  # type: ignore[no-untyped-def]
         B = input_ids.shape[0]
         self.step_rows.append(B)
-        first, length = cross_keys[0, :, 0, 0, 0], cross_keys[0, :, 0, 0, 1]
+        first, length = cross_keys[0][:, 0, 0, 0], cross_keys[0][:, 0, 0, 1]
         t = position_ids[:, 0] + 1
         nxt = np.where(t >= length, 0, (first + t) % 14 + 1).astype(int)
         logits = np.full((B, 16), -10.0, np.float32)
@@ -59,7 +60,7 @@ class FakeRunner:
             [kv],
             [kv.copy()],
             np.zeros((1, B, 2, T), np.float32),
-            np.zeros((1, B, 2, cross_keys.shape[3]), np.float32),
+            np.zeros((1, B, 2, cross_keys[0].shape[2]), np.float32),
         )
 
 

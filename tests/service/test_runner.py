@@ -1,0 +1,68 @@
+"""The runner's caches: IOBinding (device values, the CUDA path, run here on the CPU) changes no answer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from service.bundle import load_bundle
+from service.decoding import BatchDecoder, DecodeRequest, DecodeResult
+from service.runner import CPU, DeviceTensors, HostTensors, Runner
+
+
+def test_device_tensors_equal_numpy() -> None:
+    host, device = HostTensors(), DeviceTensors([CPU], "cpu", ort.SessionOptions())
+    x = np.random.default_rng(0).standard_normal((5, 2, 3, 4)).astype(np.float32)
+    y = np.random.default_rng(1).standard_normal((2, 2, 3, 4)).astype(np.float32)
+    on = lambda a: ort.OrtValue.ortvalue_from_numpy(a, "cpu", 0)  # noqa: E731
+    rows = np.array([4, 0, 0, 2])
+    cases = [
+        (host.take(x, rows), device.take(on(x), rows)),
+        (host.cat(x, y), device.cat(on(x), on(y))),
+        (host.pad(x, 2, 3), device.pad(on(x), 2, 3)),
+        (host.pad(x, 0, 2), device.pad(on(x), 0, 2)),
+        (host.narrow(x, 2, 1, 3), device.narrow(on(x), 2, 1, 3)),
+        (host.pad(host.empty((0, 2, 0, 4)), 2, 3), device.pad(device.empty((0, 2, 0, 4)), 2, 3)),
+    ]
+    for expected, got in cases:
+        assert device.shape(got) == host.shape(expected)
+        np.testing.assert_array_equal(got.numpy(), expected)
+    assert host.take(x, rows).flags.c_contiguous and host.narrow(x, 2, 1, 3).flags.c_contiguous
+
+
+def staggered(runner: Runner, requests: list[DecodeRequest]) -> list[DecodeResult]:
+    """Half the requests first, the rest after two steps: rows join, reorder (beams), leave and get trimmed."""
+    decoder = BatchDecoder(runner)
+    half = len(requests) // 2
+    decoder.admit(list(enumerate(requests[:half])))
+    results: dict[int, DecodeResult] = {}
+    steps = 0
+    while decoder.num_rows or len(results) < len(requests):
+        if steps == 2:
+            decoder.admit([(half + i, r) for i, r in enumerate(requests[half:])])
+        done, _ = decoder.step()
+        results.update((int(k), r) for k, r in done)  # type: ignore[call-overload]
+        steps += 1
+    return [results[i] for i in range(len(requests))]
+
+
+def test_io_binding_gives_the_same_tokens_scores_and_attention(tiny_bundle: Path) -> None:
+    bundle = load_bundle(tiny_bundle)
+    tok = bundle.tokenizer
+    texts = ["Open file", "Delete the selected files?", "Save as", "Print the document in this window now", "Close"]
+    requests = [
+        DecodeRequest(src=tok.encode_source(t), beam_size=b, max_length=12, n_best=b, attention=True)
+        for t, b in zip(texts, [1, 4, 2, 1, 3], strict=True)
+    ]
+    host = staggered(Runner(bundle, "cpu", io_binding=False), requests)
+    device = staggered(Runner(bundle, "cpu", io_binding=True), requests)
+    for a, b in zip(host, device, strict=True):
+        np.testing.assert_allclose(a.encoder_attention, b.encoder_attention, atol=1e-6)
+        assert [h.tokens for h in a.hypotheses] == [h.tokens for h in b.hypotheses]
+        for ha, hb in zip(a.hypotheses, b.hypotheses, strict=True):
+            np.testing.assert_allclose(ha.token_scores, hb.token_scores, atol=1e-5)
+            rows_a, rows_b = ha.cross_attention + ha.self_attention, hb.cross_attention + hb.self_attention
+            for x, y in zip(rows_a, rows_b, strict=True):
+                np.testing.assert_allclose(x, y, atol=1e-6)

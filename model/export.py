@@ -26,7 +26,7 @@ import torch
 from onnx import numpy_helper
 from torch import Tensor, nn
 
-from model.transformer import Transformer, TransformerConfig, padding_mask
+from model.transformer import KV, Transformer, TransformerConfig, attention, padding_mask
 from service.bundle import FORMAT, sha256
 
 log = logging.getLogger(__name__)
@@ -92,6 +92,98 @@ class DecoderGraph(nn.Module):
         )
 
 
+class FusedAttention(torch.autograd.Function):
+    """Attention of queries (B, T_q, d_model), before the heads are split, on projected keys and values
+    (B, h, T_k, d_k) under a key mask int32 (B, T_k) -> (B, T_q, d_model), heads concatenated.
+
+    In PyTorch it is :func:`~model.transformer.attention`; exported, it is one placeholder node that
+    :func:`fuse_attention` turns into ONNX Runtime's ``com.microsoft.MultiHeadAttention`` (one kernel instead of
+    a dozen nodes per attention).
+    """
+
+    @staticmethod
+    def forward(ctx: Any, q: Tensor, K: Tensor, V: Tensor, mask: Tensor) -> Tensor:
+        B, T_q, _ = q.shape
+        h, d_k = K.shape[1], K.shape[3]
+        out, _ = attention(q.view(B, T_q, h, d_k).transpose(1, 2), K, V, (mask != 0)[:, None, None, :])
+        return out.transpose(1, 2).reshape(B, T_q, h * d_k)
+
+    @staticmethod
+    def symbolic(g: Any, q: Any, K: Any, V: Any, mask: Any) -> Any:
+        out = g.op(f"{PLACEHOLDER[0]}::{PLACEHOLDER[1]}", q, K, V, mask)
+        out.setType(q.type())
+        return out
+
+
+PLACEHOLDER = ("attnserve", "Attention")
+
+
+class FastDecoderGraph(nn.Module):
+    """decoder.fast.onnx: :class:`DecoderGraph`'s step with fused attention and without attention outputs (for
+    /translate; /attention keeps the exact graph). Same inputs; outputs ``logits`` and the presents."""
+
+    def __init__(self, model: Transformer) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self,
+        input_ids: Tensor,  # (B, 1)
+        position_ids: Tensor,  # (B, 1)
+        encoder_attention_mask: Tensor,  # (B, S)
+        self_attention_mask: Tensor,  # (B, T + 1)
+        *cache: Tensor,  # as DecoderGraph's
+    ) -> tuple[Tensor, ...]:
+        m = self.model
+        L = m.config.n_decoder_layers
+        cross_keys, cross_values, past_keys, past_values = (cache[i * L : (i + 1) * L] for i in range(4))
+        src_mask, tgt_mask = encoder_attention_mask.to(torch.int32), self_attention_mask.to(torch.int32)
+        x = m.tgt_embed(input_ids, position_ids)  # (B, 1, d_model)
+        present = []
+        for l, layer in enumerate(m.decoder_layers):
+            x, kv = self.layer(
+                layer, x, (cross_keys[l], cross_values[l]), src_mask, tgt_mask, (past_keys[l], past_values[l])
+            )
+            present.append(kv)
+        logits = m.generator(m.decoder_norm(x)[:, -1])  # (B, V)
+        return (logits, *(k for k, _ in present), *(v for _, v in present))
+
+    @staticmethod
+    def layer(layer: Any, x: Tensor, memory_kv: KV, src_mask: Tensor, tgt_mask: Tensor, past: KV) -> tuple[Tensor, KV]:
+        """:class:`~model.transformer.DecoderLayer`'s three sub-layers with :class:`FusedAttention`."""
+        self_attn, src_attn = layer.self_attn, layer.src_attn
+
+        def masked_self_attention(y: Tensor) -> tuple[Tensor, KV]:
+            K, V = self_attn.project_kv(y)
+            K, V = torch.cat([past[0], K], dim=2), torch.cat([past[1], V], dim=2)  # (B, h, T + 1, d_k)
+            return self_attn.W_O(FusedAttention.apply(self_attn.W_Q(y), K, V, tgt_mask)), (K, V)
+
+        def cross_attention(y: Tensor) -> tuple[Tensor, None]:
+            return src_attn.W_O(FusedAttention.apply(src_attn.W_Q(y), *memory_kv, src_mask)), None
+
+        x, present = layer.sublayer[0](x, masked_self_attention)
+        x, _ = layer.sublayer[1](x, cross_attention)
+        x, _ = layer.sublayer[2](x, lambda y: (layer.feed_forward(y), None))
+        return x, present
+
+
+def fuse_attention(path: Path, h: int) -> None:
+    """Replace the :class:`FusedAttention` placeholders of an exported graph by ONNX Runtime's MultiHeadAttention
+    (query (B, T_q, d_model); keys and values already projected, (B, h, T_k, d_k); key_padding_mask (B, T_k))."""
+    graph = onnx.load(str(path))
+    for node in graph.graph.node:
+        if (node.domain, node.op_type) == PLACEHOLDER:
+            q, K, V, mask = node.input
+            node.domain, node.op_type = "com.microsoft", "MultiHeadAttention"
+            del node.input[:]
+            node.input.extend([q, K, V, "", mask])  # no bias
+            node.attribute.append(onnx.helper.make_attribute("num_heads", h))
+    imports = [o for o in graph.opset_import if o.domain != PLACEHOLDER[0]]
+    del graph.opset_import[:]
+    graph.opset_import.extend([*imports, onnx.helper.make_opsetid("com.microsoft", 1)])
+    onnx.save(graph, str(path))
+
+
 ENCODER_INPUTS = ["input_ids", "attention_mask"]
 
 
@@ -106,10 +198,10 @@ def decoder_inputs(L: int) -> list[str]:
     return ["input_ids", "position_ids", "encoder_attention_mask", "self_attention_mask", *cache]
 
 
-def decoder_outputs(L: int) -> list[str]:
-    """decoder.onnx's output names for L layers, in DecoderGraph.forward's order."""
+def decoder_outputs(L: int, fast: bool = False) -> list[str]:
+    """decoder.onnx's (or decoder.fast.onnx's) output names for L layers, in the graph module's order."""
     present = [f"{kind}.{l}" for kind in ("present_keys", "present_values") for l in range(L)]
-    return ["logits", *present, "self_attentions", "cross_attentions"]
+    return ["logits", *present] + ([] if fast else ["self_attentions", "cross_attentions"])
 
 
 def decoder_feed(step: dict[str, np.ndarray], cross: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
@@ -146,59 +238,111 @@ def example_inputs(c: TransformerConfig, B: int = 3, S: int = 7, T: int = 4, see
     }
 
 
-def export_graphs(model: Transformer, out_dir: Path) -> None:
-    """Export encoder.onnx and decoder.onnx with TorchScript's exporter (dynamo=False, opset 17).
+def _export(module: nn.Module, args: tuple[Tensor, ...], path: Path, names: tuple[list[str], list[str]],
+            axes: dict[str, dict[int, str]], **extra: Any) -> None:  # fmt: skip
+    """TorchScript's exporter (dynamo=False, opset 17), weights as named initializers (no constant folding).
 
     Why that exporter: it traces the Python control flow away (L layers unrolled), keeps parameter names as
     initializer names, and handles the dynamic batch, source and cache lengths; a zero-length cache works.
     """
-    model = model.eval()
-    c = model.config
-    ex = example_inputs(c)
-    enc_in = tuple(torch.from_numpy(ex["encoder"][k]) for k in ENCODER_INPUTS)
-    with torch.no_grad():
-        _, *cross = EncoderGraph(model)(*enc_in)
-    L = c.n_decoder_layers
-    feed = decoder_feed(ex["decoder"], [x.numpy() for x in cross])
-    dec_in = tuple(torch.from_numpy(feed[k]) for k in decoder_inputs(L))
-    B, S, T = "batch", "source_length", "past_length"
-    common: dict[str, Any] = dict(opset_version=OPSET, do_constant_folding=False, dynamo=False)
+    module.eval()  # the exporter restores the wrapper's mode afterwards: a new wrapper would put the model in training
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # TorchScript exporter deprecation and tracer warnings
         torch.onnx.export(
-            EncoderGraph(model),
-            enc_in,
-            str(out_dir / "encoder.onnx"),
-            input_names=ENCODER_INPUTS,
-            output_names=encoder_outputs(L),
-            dynamic_axes={
-                "input_ids": {0: B, 1: S},
-                "attention_mask": {0: B, 1: S},
-                "encoder_attentions": {1: B, 3: S, 4: S},
-                **{f"cross_{kind}.{l}": {0: B, 2: S} for kind in ("keys", "values") for l in range(L)},
-            },
-            **common,
+            module,
+            args,
+            str(path),
+            input_names=names[0],
+            output_names=names[1],
+            dynamic_axes=axes,
+            opset_version=OPSET,
+            do_constant_folding=False,
+            dynamo=False,
+            **extra,
         )
-        torch.onnx.export(
-            DecoderGraph(model),
-            dec_in,
-            str(out_dir / "decoder.onnx"),
-            input_names=decoder_inputs(L),
-            output_names=decoder_outputs(L),
-            dynamic_axes={
-                "input_ids": {0: B},
-                "position_ids": {0: B},
-                "encoder_attention_mask": {0: B, 1: S},
-                "self_attention_mask": {0: B, 1: "total_length"},
-                **{f"cross_{kind}.{l}": {0: B, 2: S} for kind in ("keys", "values") for l in range(L)},
-                **{f"past_{kind}.{l}": {0: B, 2: T} for kind in ("keys", "values") for l in range(L)},
-                "logits": {0: B},
-                **{f"present_{kind}.{l}": {0: B, 2: "total_length"} for kind in ("keys", "values") for l in range(L)},
-                "self_attentions": {1: B, 3: "total_length"},
-                "cross_attentions": {1: B, 3: S},
-            },
-            **common,
-        )
+
+
+def _step_example(model: Transformer, seed: int = 0) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """example_inputs' encoder feed and a decoder feed on the encoder's own cross keys/values (PyTorch's)."""
+    ex = example_inputs(model.config, seed=seed)
+    with torch.no_grad():
+        _, *cross = EncoderGraph(model)(*(torch.from_numpy(ex["encoder"][k]) for k in ENCODER_INPUTS))
+    return ex["encoder"], decoder_feed(ex["decoder"], [x.numpy() for x in cross])
+
+
+def _step_axes(L: int) -> dict[str, dict[int, str]]:
+    B, S, T, total = "batch", "source_length", "past_length", "total_length"
+    return {
+        "input_ids": {0: B},
+        "position_ids": {0: B},
+        "encoder_attention_mask": {0: B, 1: S},
+        "self_attention_mask": {0: B, 1: total},
+        **{f"cross_{kind}.{l}": {0: B, 2: S} for kind in ("keys", "values") for l in range(L)},
+        **{f"past_{kind}.{l}": {0: B, 2: T} for kind in ("keys", "values") for l in range(L)},
+        "logits": {0: B},
+        **{f"present_{kind}.{l}": {0: B, 2: total} for kind in ("keys", "values") for l in range(L)},
+    }
+
+
+def export_graphs(model: Transformer, out_dir: Path) -> None:
+    """Export encoder.onnx and decoder.onnx (every attention an output)."""
+    model = model.eval()
+    L = model.config.n_decoder_layers
+    enc_feed, dec_feed = _step_example(model)
+    B, S = "batch", "source_length"
+    _export(
+        EncoderGraph(model),
+        tuple(torch.from_numpy(enc_feed[k]) for k in ENCODER_INPUTS),
+        out_dir / "encoder.onnx",
+        (ENCODER_INPUTS, encoder_outputs(L)),
+        {
+            "input_ids": {0: B, 1: S},
+            "attention_mask": {0: B, 1: S},
+            "encoder_attentions": {1: B, 3: S, 4: S},
+            **{f"cross_{kind}.{l}": {0: B, 2: S} for kind in ("keys", "values") for l in range(L)},
+        },
+    )
+    _export(
+        DecoderGraph(model),
+        tuple(torch.from_numpy(dec_feed[k]) for k in decoder_inputs(L)),
+        out_dir / "decoder.onnx",
+        (decoder_inputs(L), decoder_outputs(L)),
+        {**_step_axes(L), "self_attentions": {1: B, 3: "total_length"}, "cross_attentions": {1: B, 3: S}},
+    )
+
+
+def export_fast_decoder(model: Transformer, path: Path, tolerance: float = TOLERANCE) -> float:
+    """Export :class:`FastDecoderGraph` with ONNX Runtime's fused attention to ``path`` and check it against
+    PyTorch (logits and caches within ``tolerance``); returns the largest difference seen."""
+    import onnxruntime as ort
+
+    model = model.eval()
+    L = model.config.n_decoder_layers
+    _, feed = _step_example(model)
+    _export(
+        FastDecoderGraph(model),
+        tuple(torch.from_numpy(feed[k]) for k in decoder_inputs(L)),
+        path,
+        (decoder_inputs(L), decoder_outputs(L, fast=True)),
+        _step_axes(L),
+        custom_opsets={PLACEHOLDER[0]: 1},
+    )
+    fuse_attention(path, model.config.h)
+    _, feed = _step_example(model, seed=1)
+    got = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feed)
+    with torch.no_grad():
+        want = DecoderGraph(model)(*(torch.from_numpy(feed[k]) for k in decoder_inputs(L)))
+    return _compare(decoder_outputs(L, fast=True), got, want, tolerance)
+
+
+def _compare(names: list[str], got: Sequence[np.ndarray], want: Sequence[Tensor], tolerance: float) -> float:
+    worst = 0.0
+    for name, a, b in zip(names, got, want, strict=False):  # want may have more outputs (attention weights)
+        diff = float(np.abs(a - b.numpy()).max())
+        worst = max(worst, diff)
+        if not diff <= tolerance:
+            raise ValueError(f"ONNX Runtime differs from PyTorch on {name}: max abs {diff:.3g} > {tolerance}")
+    return worst
 
 
 def check_graphs(model: Transformer, bundle_dir: Path, tolerance: float = TOLERANCE) -> float:
@@ -207,27 +351,23 @@ def check_graphs(model: Transformer, bundle_dir: Path, tolerance: float = TOLERA
     import onnxruntime as ort
 
     model = model.eval()
+    L = model.config.n_decoder_layers
     ex = example_inputs(model.config, seed=1)
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1
     enc = ort.InferenceSession(str(bundle_dir / "encoder.onnx"), opts, providers=["CPUExecutionProvider"])
     dec = ort.InferenceSession(str(bundle_dir / "decoder.onnx"), opts, providers=["CPUExecutionProvider"])
-    worst = 0.0
-    L = model.config.n_decoder_layers
     enc_ort = enc.run(encoder_outputs(L), ex["encoder"])
     with torch.no_grad():
         enc_pt = EncoderGraph(model)(*(torch.from_numpy(ex["encoder"][k]) for k in ENCODER_INPUTS))
-    dec_feed = decoder_feed(ex["decoder"], enc_ort[1:])
+    dec_feed = decoder_feed(ex["decoder"], enc_ort[1:])  # the decoder runs on ONNX Runtime's own cross keys
     dec_ort = dec.run(decoder_outputs(L), dec_feed)
     with torch.no_grad():
         dec_pt = DecoderGraph(model)(*(torch.from_numpy(dec_feed[k]) for k in decoder_inputs(L)))
-    names = encoder_outputs(L) + decoder_outputs(L)
-    for name, a, b in zip(names, enc_ort + dec_ort, [*enc_pt, *dec_pt], strict=True):
-        diff = float(np.abs(a - b.numpy()).max())
-        worst = max(worst, diff)
-        if not diff <= tolerance:
-            raise ValueError(f"ONNX Runtime differs from PyTorch on {name}: max abs {diff:.3g} > {tolerance}")
-    return worst
+    return max(
+        _compare(encoder_outputs(L), enc_ort, enc_pt, tolerance),
+        _compare(decoder_outputs(L), dec_ort, dec_pt, tolerance),
+    )
 
 
 def onnx_initializers(path: Path) -> dict[str, np.ndarray]:
@@ -363,7 +503,9 @@ def export_bundle(
 
 
 def add_int8(bundle_dir: Path) -> None:
-    """Add int8 graphs (ONNX Runtime dynamic quantization of every MatMul weight) as the ``int8`` variant.
+    """Add the ``int8`` variant for /translate: ONNX Runtime dynamic quantization (int8 weights of every MatMul)
+    of the encoder and of the fast decoder (fused attention, no attention outputs), rebuilt from the bundle's own
+    weights and checked against PyTorch before it is quantized.
 
     The graphs are first optimized offline (transposes of weights folded into initializers) so that the
     quantizer sees constant MatMul weights. The float32 graphs stay: /attention serves exact weights from them,
@@ -372,11 +514,17 @@ def add_int8(bundle_dir: Path) -> None:
     from onnxruntime.quantization import QuantType, quant_pre_process, quantize_dynamic
 
     manifest = json.loads((bundle_dir / "manifest.json").read_text())
+    config, state = load_state_dict(bundle_dir)
+    model = Transformer(config)
+    model.load_state_dict(state)
     variant = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for role in ("encoder", "decoder"):
-            prepared = Path(tmp) / f"{role}.onnx"
-            quant_pre_process(bundle_dir / manifest["graphs"][role], prepared, skip_symbolic_shape=True)
+        fast = Path(tmp) / "decoder.fast.onnx"
+        worst = export_fast_decoder(model, fast)
+        log.info("fast decoder (fused attention) matches PyTorch within %.2g", worst)
+        for role, source in (("encoder", bundle_dir / manifest["graphs"]["encoder"]), ("decoder", fast)):
+            prepared = Path(tmp) / f"{role}.prepared.onnx"
+            quant_pre_process(source, prepared, skip_symbolic_shape=True)
             quantize_dynamic(prepared, bundle_dir / f"{role}.int8.onnx", weight_type=QuantType.QInt8)
             variant[role] = f"{role}.int8.onnx"
     manifest["graphs"]["int8"] = variant

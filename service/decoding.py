@@ -80,8 +80,10 @@ class _Row:
 
 
 def _log_softmax(x: np.ndarray) -> np.ndarray:
-    x = x - x.max(axis=-1, keepdims=True)
-    return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
+    """log softmax over the last axis, in place (x is the step's own logits array)."""
+    x -= x.max(axis=-1, keepdims=True)
+    x -= np.log(np.exp(x).sum(axis=-1, keepdims=True))
+    return x
 
 
 class BatchDecoder:
@@ -179,7 +181,7 @@ class BatchDecoder:
         )
         seconds = time.perf_counter() - t0
         self.past_keys, self.past_values, self.self_mask = out.present_keys, out.present_values, self_mask
-        logits = out.logits.astype(np.float32)
+        logits = out.logits.astype(np.float32, copy=False)  # float16 graphs would give float16
         logits[:, self.spec.pad_id] = -np.inf  # never emit padding
         logp = _log_softmax(logits)
 
@@ -218,6 +220,7 @@ class BatchDecoder:
             r = self.rows[i]
             hyp = Hypothesis([*r.hyp.tokens, token], [*r.hyp.token_scores, float(logp[i, token])])
             if req.attention:
+                assert out.self_attentions is not None and out.cross_attentions is not None, "no attention outputs"
                 s = len(req.src)
                 hyp.self_attention = [*r.hyp.self_attention, out.self_attentions[:, i, :, r.start :].copy()]
                 hyp.cross_attention = [*r.hyp.cross_attention, out.cross_attentions[:, i, :, :s].copy()]
@@ -236,10 +239,11 @@ class BatchDecoder:
         # Beam search: the best 2k continuations of the k live hypotheses; </s> ones finish.
         k = req.beam_size
         scores = np.array([r.hyp.score if r.alive else -np.inf for r in rows])
-        cand = scores[:, None] + logp[idx]  # (k, V)
-        flat = cand.ravel()
-        top = np.argpartition(-flat, 2 * k)[: 2 * k]
-        top = top[np.argsort(-flat[top], kind="stable")]
+        contiguous = idx[-1] - idx[0] + 1 == len(idx)  # a request's rows stay together: a view, not a copy
+        cost = -scores[:, None] - (logp[idx[0] : idx[-1] + 1] if contiguous else logp[idx])  # (k, V), lower = better
+        flat = cost.ravel()
+        top = np.argpartition(flat, 2 * k)[: 2 * k]  # the 2k best, unordered
+        top = top[np.argsort(flat[top], kind="stable")]
         children: list[tuple[int, _Row]] = []
         for rank, c in enumerate(top):
             if not np.isfinite(flat[c]):

@@ -46,7 +46,9 @@ class Engine:
     """A loaded bundle with its runners; :meth:`start` adds the schedulers that the HTTP service uses.
 
     The exact float32 graphs serve /attention. /translate uses the ``graph_variant`` graphs (e.g. int8) when that
-    is not float32, through a scheduler of their own; otherwise both share one runner and one scheduler.
+    is not float32, through a scheduler of their own; otherwise both share one runner and one scheduler. Texts that
+    need attention rows (``return_details``) go to the exact graphs when the variant's decoder has no attention
+    outputs (int8's fused one).
     """
 
     def __init__(self, bundle: Bundle, settings: Settings, provider: Provider | None = None) -> None:
@@ -131,10 +133,13 @@ class Engine:
             attention=options.attention,
         )
 
+    def _exact(self, requests: list[DecodeRequest], exact: bool) -> bool:
+        return exact or (not self.fast.attention and any(r.attention for r in requests))
+
     async def submit(self, requests: list[DecodeRequest], exact: bool = False) -> list[DecodeResult]:
         """Queue texts together and wait for all of them; ``exact`` for the float32 graphs (/attention)."""
         assert self.schedulers, "Engine.start() was not called"
-        scheduler = self.schedulers["exact" if exact else "fast"]
+        scheduler = self.schedulers["exact" if self._exact(requests, exact) else "fast"]
         futures = scheduler.submit_many(requests, self.settings.request_timeout_s)
         try:
             return list(await asyncio.gather(*futures))
@@ -144,7 +149,7 @@ class Engine:
 
     def decode_now(self, requests: list[DecodeRequest], exact: bool = False) -> list[DecodeResult]:
         """Decode without a scheduler (the command line), on the same graphs as :meth:`submit`."""
-        return decode(self.exact if exact else self.fast, requests)
+        return decode(self.exact if self._exact(requests, exact) else self.fast, requests)
 
     def text(self, hyp: Hypothesis) -> str:
         return self.tokenizer.decode(hyp.tokens)

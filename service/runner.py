@@ -58,8 +58,8 @@ class StepOutput:
     logits: np.ndarray  # (B, V)
     present_keys: list[Cache]  # per decoder layer (B, h, T + 1, d_k)
     present_values: list[Cache]
-    self_attentions: np.ndarray  # (L_dec, B, h, T + 1)
-    cross_attentions: np.ndarray  # (L_dec, B, h, S)
+    self_attentions: np.ndarray | None  # (L_dec, B, h, T + 1); None from a graph without attention outputs
+    cross_attentions: np.ndarray | None  # (L_dec, B, h, S)
 
 
 class Tensors(Protocol):
@@ -201,6 +201,7 @@ class Runner:
         L = self.spec.n_decoder_layers
         self._encoder_outputs = [o.name for o in self.encoder.get_outputs()]
         self._decoder_outputs = [o.name for o in self.decoder.get_outputs()]
+        self.attention = "self_attentions" in self._decoder_outputs  # the int8 variant's fast decoder has none
         self._caches = {f"{kind}.{l}" for kind in ("cross_keys", "cross_values", "present_keys", "present_values")
                         for l in range(L)}  # fmt: skip
         log.info(
@@ -263,4 +264,5 @@ class Runner:
             feed.update({f"{kind}.{l}": layer for l, layer in enumerate(layers)})
         logits, *rest = self._run(self.decoder, self._decoder_outputs, feed)
         L = self.spec.n_decoder_layers
-        return StepOutput(logits, rest[:L], rest[L : 2 * L], rest[2 * L], rest[2 * L + 1])
+        self_attentions, cross_attentions = rest[2 * L :] if self.attention else (None, None)
+        return StepOutput(logits, rest[:L], rest[L : 2 * L], self_attentions, cross_attentions)

@@ -6,10 +6,11 @@ import json
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 import torch
 
-from model.export import add_int8, check_graphs, export_bundle, load_state_dict
+from model.export import add_int8, check_graphs, export_bundle, export_fast_decoder, load_state_dict
 from model.transformer import Transformer, greedy_decode
 from service.bundle import load_bundle
 from service.decoding import DecodeRequest, decode
@@ -100,6 +101,21 @@ def test_int8_variant(spm: Path, tmp_path: Path) -> None:
     assert bundle.variants == ["float32", "int8"]
     src = bundle.tokenizer.encode_source("Open file")
     exact = decode(Runner(bundle, "cpu"), [DecodeRequest(src=src, max_length=6)])[0]
-    approx = decode(Runner(bundle, "cpu", variant="int8"), [DecodeRequest(src=src, max_length=6)])[0]
+    int8 = Runner(bundle, "cpu", variant="int8")
+    assert not int8.attention  # the fused decoder has no attention outputs
+    approx = decode(int8, [DecodeRequest(src=src, max_length=6)])[0]
     assert len(approx.hypotheses[0].tokens) == len(exact.hypotheses[0].tokens)
     assert abs(approx.hypotheses[0].score - exact.hypotheses[0].score) < 0.5 * abs(exact.hypotheses[0].score)
+
+
+def test_fast_decoder_fuses_attention_and_matches_pytorch(tmp_path: Path) -> None:
+    path = tmp_path / "decoder.fast.onnx"
+    assert export_fast_decoder(tiny_model(365), path) <= 1e-4  # logits and caches against PyTorch
+    graph = onnx.load(str(path)).graph
+    ops = [(n.domain, n.op_type) for n in graph.node]
+    assert ops.count(("com.microsoft", "MultiHeadAttention")) == 2 * 2  # self and cross, 2 decoder layers
+    assert ("attnserve", "Attention") not in ops  # no placeholder left
+    assert [o.name for o in graph.output] == [
+        "logits",
+        *(f"present_{k}.{l}" for k in ("keys", "values") for l in (0, 1)),
+    ]

@@ -23,6 +23,9 @@ def test_int8_translates_and_attention_stays_exact(tiny_bundle: Path, tmp_path: 
     with fast, exact, fast.client() as c, exact.client() as e:
         assert c.post("/translate", json=BODY).status_code == 200
         assert c.post("/attention", json=BODY).json() == e.post("/attention", json=BODY).json()
+        # int8's fused decoder has no attention outputs: details come from the exact graphs
+        details = {**BODY, "return_details": True}
+        assert c.post("/translate", json=details).json() == e.post("/translate", json=details).json()
 
 
 def test_missing_variant_is_a_clear_error(tiny_bundle: Path) -> None:

@@ -87,7 +87,12 @@ def _log_softmax(x: np.ndarray) -> np.ndarray:
 
 
 class BatchDecoder:
-    """Decodes the rows of many requests together, one step at a time; knows nothing of HTTP or queues."""
+    """Decodes the rows of many requests together, one step at a time; knows nothing of HTTP or queues.
+
+    The rows of a finished or cancelled request become holes (``None``) rather than being copied out at once:
+    newcomers take their places (their cache rows written in place), and the batch is compacted only when holes
+    are a quarter of it. A hole is still computed by the decoder, and ignored.
+    """
 
     def __init__(self, runner: Runner) -> None:
         self.runner = runner
@@ -97,7 +102,7 @@ class BatchDecoder:
 
     def reset(self) -> None:
         """Forget every row (after a runner failure, or when the last row left)."""
-        self.rows: list[_Row] = []
+        self.rows: list[_Row | None] = []
         L, h, d_k = self.spec.n_decoder_layers, self.spec.h, self.spec.d_k
         empty = self.tensors.empty((0, h, 0, d_k))
         self.past_keys: list[Cache] = [empty] * L
@@ -109,11 +114,12 @@ class BatchDecoder:
 
     @property
     def num_rows(self) -> int:
-        return len(self.rows)
+        """Rows that decode a request (holes not counted)."""
+        return sum(r is not None for r in self.rows)
 
     @property
     def keys(self) -> set[Hashable]:
-        return {r.job.key for r in self.rows}
+        return {r.job.key for r in self.rows if r is not None}
 
     def admit(self, requests: list[tuple[Hashable, DecodeRequest]]) -> float:
         """Encode new requests (one encoder call) and add their rows; returns the encoder seconds."""
@@ -130,18 +136,50 @@ class BatchDecoder:
 
         beams = np.array([1 if r.forced is not None else r.beam_size for _, r in requests])
         rows_of = np.repeat(np.arange(len(requests)), beams)  # new row -> request index
-        S = max(S_new, self.encoder_mask.shape[1])
-        T = self.self_mask.shape[1]
-        n = len(rows_of)
+        n, T = len(rows_of), self.self_mask.shape[1]
+        holes = [i for i, r in enumerate(self.rows) if r is None]
+        if len(holes) >= n and S_new <= self.encoder_mask.shape[1]:
+            slots = self._fill(holes[:n], enc.cross_keys, enc.cross_values, mask, rows_of)
+        else:
+            slots = self._append(enc.cross_keys, enc.cross_values, mask, rows_of)
+        new_rows = iter(slots)
+        for i, (key, r) in enumerate(requests):
+            s = len(r.src)
+            job = _Job(key, r, enc.attentions[:, i, :, :s, :s].copy() if r.attention else None)
+            for b in range(beams[i]):
+                self.rows[next(new_rows)] = _Row(job, Hypothesis([], []), start=T, alive=b == 0)
+        return seconds
+
+    def _fill(
+        self, slots: list[int], keys: list[Cache], values: list[Cache], mask: np.ndarray, rows_of: np.ndarray
+    ) -> list[int]:
+        """Write new rows into holes, in place: no other row's cache is copied. Their old cache slots stay, masked."""
+        tensors, ix = self.tensors, np.array(slots, np.int64)
+        S, S_new = self.encoder_mask.shape[1], mask.shape[1]
+
+        def put(cache: Cache, new: Cache) -> Cache:
+            return tensors.put(cache, ix, tensors.pad(tensors.take(new, rows_of), 2, S - S_new))
+
+        self.cross_keys = [put(c, k) for c, k in zip(self.cross_keys, keys, strict=True)]
+        self.cross_values = [put(c, v) for c, v in zip(self.cross_values, values, strict=True)]
+        self.encoder_mask[ix] = np.pad(mask[rows_of], ((0, 0), (0, S - S_new)))
+        self.self_mask[ix] = 0  # the new rows own no cache slot yet
+        return slots
+
+    def _append(self, keys: list[Cache], values: list[Cache], mask: np.ndarray, rows_of: np.ndarray) -> list[int]:
+        """Drop the holes, then add the new rows at the end (a copy of every cache)."""
+        self._compact()
         tensors = self.tensors
+        n, N, T = len(rows_of), len(self.rows), self.self_mask.shape[1]
+        S_new = mask.shape[1]
+        S = max(S_new, self.encoder_mask.shape[1])
 
         def join(old: Cache, new: Cache) -> Cache:  # old rows and the new rows (of enc), both padded to S
             old = tensors.pad(old, 2, S - tensors.shape(old)[2])
-            new = tensors.take(new, rows_of) if n != len(requests) else new
-            return tensors.cat(old, tensors.pad(new, 2, S - S_new))
+            return tensors.cat(old, tensors.pad(tensors.take(new, rows_of), 2, S - S_new))
 
-        self.cross_keys = [join(a, b) for a, b in zip(self.cross_keys, enc.cross_keys, strict=True)]
-        self.cross_values = [join(a, b) for a, b in zip(self.cross_values, enc.cross_values, strict=True)]
+        self.cross_keys = [join(a, b) for a, b in zip(self.cross_keys, keys, strict=True)]
+        self.cross_values = [join(a, b) for a, b in zip(self.cross_values, values, strict=True)]
         S_old = self.encoder_mask.shape[1]
         self.encoder_mask = np.concatenate(
             [np.pad(self.encoder_mask, ((0, 0), (0, S - S_old))), np.pad(mask[rows_of], ((0, 0), (0, S - S_new)))]
@@ -149,24 +187,22 @@ class BatchDecoder:
         self.past_keys = [tensors.pad(k, 0, n) for k in self.past_keys]  # the new rows own no slot yet
         self.past_values = [tensors.pad(v, 0, n) for v in self.past_values]
         self.self_mask = np.concatenate([self.self_mask, np.zeros((n, T), np.int64)], axis=0)
-        for i, (key, r) in enumerate(requests):
-            s = len(r.src)
-            job = _Job(key, r, enc.attentions[:, i, :, :s, :s].copy() if r.attention else None)
-            for b in range(beams[i]):
-                self.rows.append(_Row(job, Hypothesis([], []), start=T, alive=b == 0))
-        return seconds
+        self.rows.extend([None] * n)
+        return list(range(N, N + n))
 
     def cancel(self, key: Hashable) -> None:
         """Drop the rows of a request whose caller went away."""
-        self._select([i for i, r in enumerate(self.rows) if r.job.key != key])
+        self.rows = [None if r is not None and r.job.key == key else r for r in self.rows]
+        self._tidy()
 
     def step(self) -> tuple[list[tuple[Hashable, DecodeResult]], float]:
         """One decoder call for every row; returns the requests that finished and the decoder seconds."""
-        if not self.rows:
+        if not self.num_rows:
             return [], 0.0
         N = len(self.rows)
-        last = [r.hyp.tokens[-1] if r.hyp.tokens else self.spec.decoder_start_id for r in self.rows]
-        positions = [len(r.hyp.tokens) for r in self.rows]
+        start = self.spec.decoder_start_id
+        last = [r.hyp.tokens[-1] if r is not None and r.hyp.tokens else start for r in self.rows]
+        positions = [len(r.hyp.tokens) if r is not None else 0 for r in self.rows]
         self_mask = np.concatenate([self.self_mask, np.ones((N, 1), np.int64)], axis=1)
         t0 = time.perf_counter()
         out = self.runner.step(
@@ -185,39 +221,36 @@ class BatchDecoder:
         logits[:, self.spec.pad_id] = -np.inf  # never emit padding
         logp = _log_softmax(logits)
 
-        keep: list[int] = []  # parent row of each surviving row
-        new_rows: list[_Row] = []
+        keep = list(range(N))  # the row whose cache each row continues (a beam's parent)
+        new_rows = list(self.rows)
         done: list[tuple[Hashable, DecodeResult]] = []
         by_job: dict[int, list[int]] = {}
         for i, r in enumerate(self.rows):
-            by_job.setdefault(id(r.job), []).append(i)
+            if r is not None:
+                by_job.setdefault(id(r.job), []).append(i)
         for idx in by_job.values():
-            job = self.rows[idx[0]].job
+            job = self.rows[idx[0]].job  # type: ignore[union-attr]
             job.steps += 1
-            children = self._advance(job, idx, logp, out)
-            if children is None:
+            children = self._advance(job, idx, logp, out) or []
+            if not children:
                 done.append((job.key, self._result(job)))
-                continue
-            for parent, row in children:
-                keep.append(parent)
-                new_rows.append(row)
-        if len(keep) == N and all(self.rows[i].job is row.job for i, row in enumerate(new_rows)):
-            if keep != list(range(N)):  # beams reordered within their requests: only the caches differ
-                self.past_keys, self.past_values = self._take_rows(keep)
-        else:
-            self._gather(keep)
+            for j, slot in enumerate(idx):  # a request's children take its own rows: masks and cross caches fit
+                keep[slot], new_rows[slot] = children[j] if j < len(children) else (slot, None)
+        if keep != list(range(N)):  # beams continue from other rows of their request: only the caches differ
+            self.past_keys, self.past_values = self._take_rows(keep)
         self.rows = new_rows
-        self._trim()
+        self._tidy()
         return done, seconds
 
     def _advance(self, job: _Job, idx: list[int], logp: np.ndarray, out: StepOutput) -> list[tuple[int, _Row]] | None:
         """Choose the next tokens of one request's rows; None when the request is finished."""
         req, eos = job.request, self.spec.eos_id
-        rows = [self.rows[i] for i in idx]
+        rows = {i: r for i in idx if (r := self.rows[i]) is not None}
+        start = rows[idx[0]].start
         t = job.steps  # tokens each row will have after this step
 
         def child(i: int, token: int) -> Hypothesis:
-            r = self.rows[i]
+            r = rows[i]
             hyp = Hypothesis([*r.hyp.tokens, token], [*r.hyp.token_scores, float(logp[i, token])])
             if req.attention:
                 assert out.self_attentions is not None and out.cross_attentions is not None, "no attention outputs"
@@ -234,11 +267,11 @@ class BatchDecoder:
             if token == eos or t >= limit:
                 job.finished.append(hyp)
                 return None
-            return [(i, _Row(job, hyp, rows[0].start))]
+            return [(i, _Row(job, hyp, start))]
 
         # Beam search: the best 2k continuations of the k live hypotheses; </s> ones finish.
         k = req.beam_size
-        scores = np.array([r.hyp.score if r.alive else -np.inf for r in rows])
+        scores = np.array([rows[i].hyp.score if rows[i].alive else -np.inf for i in idx])
         contiguous = idx[-1] - idx[0] + 1 == len(idx)  # a request's rows stay together: a view, not a copy
         cost = -scores[:, None] - (logp[idx[0] : idx[-1] + 1] if contiguous else logp[idx])  # (k, V), lower = better
         flat = cost.ravel()
@@ -253,7 +286,7 @@ class BatchDecoder:
                 if rank < k:
                     job.finished.append(child(parent, token))
                 continue
-            children.append((parent, _Row(job, child(parent, token), rows[0].start)))
+            children.append((parent, _Row(job, child(parent, token), start)))
             if len(children) == k:
                 break
         if len(job.finished) >= k or t >= req.max_length or not children:
@@ -267,41 +300,49 @@ class BatchDecoder:
         ranked = sorted(job.finished, key=lambda h: -h.score / max(len(h.tokens), 1) ** lp)
         return DecodeResult(ranked[: max(job.request.n_best, 1)], job.encoder_attention)
 
-    def _select(self, keep: list[int]) -> None:
-        if keep == list(range(len(self.rows))):
+    def _tidy(self) -> None:
+        """After rows left: compact when holes are a quarter of the batch, then trim what no row needs."""
+        live = [i for i, r in enumerate(self.rows) if r is not None]
+        if not live:
+            self.reset()
             return
-        self._gather(keep)
-        self.rows = [self.rows[i] for i in keep]
+        if (len(self.rows) - len(live)) * 4 >= len(self.rows):
+            self._compact()
         self._trim()
 
-    def _take_rows(self, keep: list[int]) -> tuple[list[Cache], list[Cache]]:
-        ix = np.array(keep, dtype=np.int64)
-        take = self.tensors.take
-        return [take(k, ix) for k in self.past_keys], [take(v, ix) for v in self.past_values]
-
-    def _gather(self, keep: list[int]) -> None:
+    def _compact(self) -> None:
+        """Copy the live rows out: no holes left."""
+        keep = [i for i, r in enumerate(self.rows) if r is not None]
+        if len(keep) == len(self.rows):
+            return
         ix = np.array(keep, dtype=np.int64)
         self.past_keys, self.past_values = self._take_rows(keep)
         self.self_mask = self.self_mask[ix]
         self.cross_keys = [self.tensors.take(k, ix) for k in self.cross_keys]
         self.cross_values = [self.tensors.take(v, ix) for v in self.cross_values]
         self.encoder_mask = self.encoder_mask[ix]
+        self.rows = [self.rows[i] for i in keep]
+
+    def _take_rows(self, keep: list[int]) -> tuple[list[Cache], list[Cache]]:
+        ix = np.array(keep, dtype=np.int64)
+        take = self.tensors.take
+        return [take(k, ix) for k in self.past_keys], [take(v, ix) for v in self.past_values]
 
     def _trim(self) -> None:
-        """Drop cache slots no row owns any more, and source columns no row needs (only when it is worth a copy)."""
-        if not self.rows:
-            self.reset()
-            return
+        """Drop cache slots no live row owns any more, and source columns no live row needs (only when it is worth
+        a copy). A hole keeps at least one source column and gets a fresh self-attention slot every step."""
+        live = [r for r in self.rows if r is not None]
         T = self.self_mask.shape[1]
-        first = min(r.start for r in self.rows)
+        first = min(r.start for r in live)
         narrow = self.tensors.narrow
         if first > 0 and first * 4 >= T:
             self.past_keys = [narrow(k, 2, first, T) for k in self.past_keys]
             self.past_values = [narrow(v, 2, first, T) for v in self.past_values]
             self.self_mask = np.ascontiguousarray(self.self_mask[:, first:])
-            for r in self.rows:
+            for r in live:
                 r.start -= first
-        S = int(self.encoder_mask.sum(axis=1).max())
+        rows = [i for i, r in enumerate(self.rows) if r is not None]
+        S = int(self.encoder_mask[rows].sum(axis=1).max())
         if self.encoder_mask.shape[1] * 3 >= S * 4:
             self.cross_keys = [narrow(k, 2, 0, S) for k in self.cross_keys]
             self.cross_values = [narrow(v, 2, 0, S) for v in self.cross_values]

@@ -63,7 +63,7 @@ class StepOutput:
 
 
 class Tensors(Protocol):
-    """The operations batching needs on caches; every result is a new, contiguous cache."""
+    """The operations batching needs on caches; every result is contiguous, and a new cache but for ``put``."""
 
     def empty(self, shape: tuple[int, ...]) -> Cache: ...
     def shape(self, x: Cache) -> tuple[int, ...]: ...
@@ -71,6 +71,7 @@ class Tensors(Protocol):
     def cat(self, x: Cache, y: Cache) -> Cache: ...  # x and y's rows
     def pad(self, x: Cache, axis: int, n: int) -> Cache: ...  # n zeros appended along axis
     def narrow(self, x: Cache, axis: int, start: int, stop: int) -> Cache: ...  # x[start:stop] along axis
+    def put(self, x: Cache, rows: np.ndarray, y: Cache) -> Cache: ...  # x with x[rows] = y (host: in place)
 
 
 class HostTensors:
@@ -100,6 +101,10 @@ class HostTensors:
         index[axis] = slice(start, stop)
         return np.ascontiguousarray(x[tuple(index)])
 
+    def put(self, x: np.ndarray, rows: np.ndarray, y: np.ndarray) -> np.ndarray:
+        x[rows] = y
+        return x
+
 
 class DeviceTensors:
     """Caches as ONNX Runtime values on the execution provider's device; each operation is a one-node ONNX graph
@@ -127,6 +132,7 @@ class DeviceTensors:
         self._cat = session("Concat", [("x", f), ("z", f)], axis=0)
         self._pad = session("Pad", [("x", f), ("pads", i)])
         self._slice = session("Slice", [("x", f), ("starts", i), ("ends", i), ("axes", i)])
+        self._put = session("ScatterND", [("x", f), ("rows", i), ("z", f)])
 
     def _run(self, session: ort.InferenceSession, x: ort.OrtValue, **host: np.ndarray) -> ort.OrtValue:
         binding = session.io_binding()
@@ -164,6 +170,9 @@ class DeviceTensors:
     def narrow(self, x: ort.OrtValue, axis: int, start: int, stop: int) -> ort.OrtValue:
         one = lambda v: np.array([v], np.int64)  # noqa: E731
         return self._run(self._slice, x, starts=one(start), ends=one(stop), axes=one(axis))
+
+    def put(self, x: ort.OrtValue, rows: np.ndarray, y: ort.OrtValue) -> ort.OrtValue:
+        return self._run(self._put, x, rows=np.asarray(rows, np.int64)[:, None], z=y)
 
 
 class Runner:

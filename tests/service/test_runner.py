@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
 
 from service.bundle import load_bundle
-from service.decoding import BatchDecoder, DecodeRequest, DecodeResult
+from service.decoding import BatchDecoder, DecodeRequest, DecodeResult, decode
 from service.runner import CPU, DeviceTensors, HostTensors, Runner
 
 
@@ -25,6 +26,7 @@ def test_device_tensors_equal_numpy() -> None:
         (host.pad(x, 0, 2), device.pad(on(x), 0, 2)),
         (host.narrow(x, 2, 1, 3), device.narrow(on(x), 2, 1, 3)),
         (host.pad(host.empty((0, 2, 0, 4)), 2, 3), device.pad(device.empty((0, 2, 0, 4)), 2, 3)),
+        (host.put(x.copy(), np.array([3, 1]), y), device.put(on(x), np.array([3, 1]), on(y))),
     ]
     for expected, got in cases:
         assert device.shape(got) == host.shape(expected)
@@ -32,32 +34,47 @@ def test_device_tensors_equal_numpy() -> None:
     assert host.take(x, rows).flags.c_contiguous and host.narrow(x, 2, 1, 3).flags.c_contiguous
 
 
-def staggered(runner: Runner, requests: list[DecodeRequest]) -> list[DecodeResult]:
-    """Half the requests first, the rest after two steps: rows join, reorder (beams), leave and get trimmed."""
+def staggered(runner: Runner, requests: list[DecodeRequest]) -> tuple[list[DecodeResult], int]:
+    """The first two requests together, then one more each time one finishes: rows join (into the holes that
+    finished ones left, or at the end), reorder (beams), leave, and get trimmed. Returns the results and how many
+    admissions filled holes."""
     decoder = BatchDecoder(runner)
-    half = len(requests) // 2
-    decoder.admit(list(enumerate(requests[:half])))
+    fills = 0
+    fill = decoder._fill
+
+    def counting_fill(*args: Any) -> list[int]:
+        nonlocal fills
+        fills += 1
+        return fill(*args)
+
+    decoder._fill = counting_fill  # type: ignore[method-assign]
+    decoder.admit([(0, requests[0]), (1, requests[1])])
     results: dict[int, DecodeResult] = {}
-    steps = 0
-    while decoder.num_rows or len(results) < len(requests):
-        if steps == 2:
-            decoder.admit([(half + i, r) for i, r in enumerate(requests[half:])])
+    pending = list(enumerate(requests))[2:]
+    while decoder.num_rows:
         done, _ = decoder.step()
         results.update((int(k), r) for k, r in done)  # type: ignore[call-overload]
-        steps += 1
-    return [results[i] for i in range(len(requests))]
+        for _ in done:
+            if pending:
+                decoder.admit([pending.pop(0)])
+    return [results[i] for i in range(len(requests))], fills
 
 
 def test_io_binding_gives_the_same_tokens_scores_and_attention(tiny_bundle: Path) -> None:
     bundle = load_bundle(tiny_bundle)
     tok = bundle.tokenizer
-    texts = ["Open file", "Delete the selected files?", "Save as", "Print the document in this window now", "Close"]
+    texts = ["Print the document in this window now", "Delete the selected files?", "Open", "Save as", "Close"]
+    texts += ["Open file", "Settings", "Replace the file in this window?"]
+    beams, lengths = [8, 1, 1, 2, 1, 3, 1, 2], [16, 3, 4, 5, 2, 6, 3, 4]  # random weights rarely stop by themselves
     requests = [
-        DecodeRequest(src=tok.encode_source(t), beam_size=b, max_length=12, n_best=b, attention=True)
-        for t, b in zip(texts, [1, 4, 2, 1, 3], strict=True)
+        DecodeRequest(src=tok.encode_source(t), beam_size=b, max_length=n, n_best=b, attention=True)
+        for t, b, n in zip(texts, beams, lengths, strict=True)
     ]
-    host = staggered(Runner(bundle, "cpu", io_binding=False), requests)
-    device = staggered(Runner(bundle, "cpu", io_binding=True), requests)
+    host, fills = staggered(Runner(bundle, "cpu", io_binding=False), requests)
+    device, _ = staggered(Runner(bundle, "cpu", io_binding=True), requests)
+    alone = [decode(Runner(bundle, "cpu"), [r])[0] for r in requests]
+    assert fills > 0, "no newcomer took a hole: the test does not cover hole filling"
+    assert [[h.tokens for h in r.hypotheses] for r in host] == [[h.tokens for h in r.hypotheses] for r in alone]
     for a, b in zip(host, device, strict=True):
         np.testing.assert_allclose(a.encoder_attention, b.encoder_attention, atol=1e-6)
         assert [h.tokens for h in a.hypotheses] == [h.tokens for h in b.hypotheses]

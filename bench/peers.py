@@ -693,6 +693,29 @@ def http_tables(curves: dict[tuple[str, int], tuple[list[LoadPoint], float | Non
     )
 
 
+def http_ratios(
+    curves: dict[tuple[str, int], tuple[list[LoadPoint], float | None]], offline: list[JobResult], n: int
+) -> str:
+    """Best sustained sentences/s over HTTP against CTranslate2's offline greedy rate (same compute type and
+    threads; the goal is ≥ 0.8×) and against the FastAPI + transformers service (the goal is ≥ 5×)."""
+    ct2 = {(r.job.compute, r.job.threads): n / r.median_seconds for r in offline
+           if r.job.engine == "ctranslate2" and r.job.beam == 1}  # fmt: skip
+    lines = []
+    for (name, threads), (points, _) in curves.items():
+        best = best_sustained(points)
+        if not name.startswith("attnserve") or best is None:
+            continue
+        compute = "int8" if name.endswith("int8") else "float32"
+        parts = []
+        if (compute, threads) in ct2:
+            parts.append(f"{best.achieved / ct2[compute, threads]:.2f}× CTranslate2 {compute} offline")
+        peer = best_sustained(curves.get(("FastAPI + transformers", threads), ([], None))[0])
+        parts.append(f"{best.achieved / peer.achieved:.1f}× FastAPI + transformers" if peer else "the transformers "
+                     "service sustained no rate with p99 ≤ 1 s")  # fmt: skip
+        lines.append(f"- {name}, {threads} thread(s): " + "; ".join(parts))
+    return "Best sustained rate (p99 ≤ 1 s) against the peers:\n\n" + "\n".join(lines)
+
+
 def plot_curves(curves: dict[tuple[str, int], tuple[list[LoadPoint], float | None]], out: Path) -> list[Path]:
     """One PNG per thread count: p50 and p99 latency against offered load, both servers."""
     import matplotlib
@@ -815,9 +838,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         setup |= {"sources": sources, "max_length": max_length}
         (work / "setup.json").write_text(json.dumps(setup))
 
+        offline_results: list[JobResult] = []
         if "offline" in args.parts:
             jobs = [Job(e, c, b, t) for t in args.threads for b in args.beams for e, c in OFFLINE]
-            results = run_offline(jobs, work, args.repeats, args.engine_timeout)
+            results = offline_results = run_offline(jobs, work, args.repeats, args.engine_timeout)
             table = offline_table(results, bundle, references, len(sentences))
             identity = identity_report(results, bundle, sentences, args.threads[0])
             print(f"\n{table}\n\n{identity}\n", flush=True)
@@ -836,8 +860,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         if "http" in args.parts:
             for threads in args.threads:
                 env = {"ATTNSERVE_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
+                int8 = {**env, "ATTNSERVE_GRAPH_VARIANT": "int8"}
                 starters: list[tuple[str, Callable[[], Server]]] = [
                     ("attnserve", partial(attnserve_server, bundle.path, env)),
+                    ("attnserve int8", partial(attnserve_server, prepared.bundle, int8)),
                     ("FastAPI + transformers", partial(transformers_server, prepared.hf, threads)),
                 ]
                 for name, start in starters:  # one server at a time: each gets the machine to itself
@@ -851,7 +877,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                         + ", ".join(f"{p.offered:g}/s p99 {fmt_ms(p.p99)} ms" for p in points),
                         flush=True,
                     )
-            tables = http_tables(curves)
+            tables = http_tables(curves) + "\n\n" + http_ratios(curves, offline_results, len(sentences))
             plots = plot_curves(curves, out)
             print(f"\n{tables}\n", flush=True)
             images = "\n".join(f"![latency against offered load]({p.name})" for p in plots)

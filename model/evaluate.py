@@ -86,15 +86,20 @@ def scores(hyps: list[str], refs: list[str]) -> dict[str, float]:
 
 
 def evaluate(bundle_dir: Path, corpus: Path, *, limit: int | None = None, write: bool = False) -> dict[str, Any]:
-    """Score greedy, beam 4 and the TM baseline; print a table; with ``write``, record them in the manifest."""
+    """Score greedy, beam 4 (on the float32 graphs, and on the int8 ones when the bundle has them) and the TM
+    baseline; print a table; with ``write``, record them in the manifest."""
     test = read_tsv(corpus / "test.tsv")[:limit]
     sources, refs = [s for s, _ in test], [t for _, t in test]
-    runner = Runner(load_bundle(bundle_dir), "cpu", threads=0)
+    bundle = load_bundle(bundle_dir)
+    runner = Runner(bundle, "cpu", threads=0)
     results: dict[str, Any] = {}
-    for name, beam in (("greedy", 1), ("beam 4", 4)):
-        t0 = time.perf_counter()
-        hyps = translate(runner, sources, beam)
-        results[name] = {**scores(hyps, refs), "seconds": round(time.perf_counter() - t0, 1)}
+    for variant in ["float32", *(v for v in bundle.variants if v == "int8")]:
+        variant_runner = runner if variant == "float32" else Runner(bundle, "cpu", threads=0, variant=variant)
+        for name, beam in (("greedy", 1), ("beam 4", 4)):
+            t0 = time.perf_counter()
+            hyps = translate(variant_runner, sources, beam)
+            label = name if variant == "float32" else f"{name}, {variant}"
+            results[label] = {**scores(hyps, refs), "seconds": round(time.perf_counter() - t0, 1)}
     results["translation memory"] = scores(translation_memory(read_tsv(corpus / "train.tsv"), sources), refs)
     samples = translate(runner, UI_STRINGS, 4)
     report = {

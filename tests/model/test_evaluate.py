@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 from model.evaluate import evaluate, scores, translation_memory
+from model.export import add_int8
 
 
 def test_translation_memory_takes_the_closest_training_source() -> None:
@@ -25,9 +26,11 @@ def test_evaluate_writes_scores_into_the_manifest(tiny_bundle: Path, tmp_path: P
     (corpus / "train.tsv").write_text("Open file\tファイルを開く\tpkg\nSettings\t設定\tpkg\n")
     (corpus / "test.tsv").write_text("Open the file\tファイルを開く\tpkg\nSettings\t設定\tpkg\n")
     bundle = shutil.copytree(tiny_bundle, tmp_path / "bundle")
+    add_int8(bundle)
     report = evaluate(bundle, corpus, write=True)
     assert report["results"]["translation memory"]["chrF"] == 100.0
     assert len(report["samples"]) == 20
     recorded = json.loads((bundle / "manifest.json").read_text())["scores"]
-    assert {(s["decoding"], s["metric"]) for s in recorded} >= {("greedy", "chrF"), ("beam 4", "chrF")}
+    decodings = {"greedy", "beam 4", "greedy, int8", "beam 4, int8", "translation memory"}
+    assert {(s["decoding"], s["metric"]) for s in recorded} == {(d, m) for d in decodings for m in ("chrF", "BLEU")}
     assert all(s["command"].startswith("attnserve evaluate") for s in recorded)

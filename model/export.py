@@ -6,6 +6,9 @@ against PyTorch before anything is written, and refuses to overwrite a bundle wi
 The weights travel inside the graphs: ONNX initializers keep the PyTorch state-dict names (the graphs are
 exported without constant folding; ONNX Runtime folds at load time), so :func:`load_state_dict` reads them back
 exactly — what ``attnserve export-marian`` needs — and no separate weights file makes the bundle heavier.
+
+:func:`add_int8` adds the quantized variant for /translate: the encoder, and a fast decoder step with ONNX
+Runtime's fused attention and no attention outputs.
 """
 
 from __future__ import annotations
@@ -119,8 +122,9 @@ PLACEHOLDER = ("attnserve", "Attention")
 
 
 class FastDecoderGraph(nn.Module):
-    """decoder.fast.onnx: :class:`DecoderGraph`'s step with fused attention and without attention outputs (for
-    /translate; /attention keeps the exact graph). Same inputs; outputs ``logits`` and the presents."""
+    """The fast decoder step that :func:`add_int8` quantizes for /translate (/attention keeps the exact graph):
+    :class:`DecoderGraph`'s step with fused attention and without attention outputs. Same inputs; outputs
+    ``logits`` and the presents."""
 
     def __init__(self, model: Transformer) -> None:
         super().__init__()

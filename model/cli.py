@@ -9,7 +9,7 @@ import argparse
 import logging
 from pathlib import Path
 
-COMMANDS = ("train", "evaluate", "export", "import-marian", "export-marian")
+COMMANDS = ("train", "average", "evaluate", "export", "import-marian", "export-marian")
 CACHE = Path.home() / ".cache" / "attnserve"
 
 
@@ -27,6 +27,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast (CPU with AVX-512-BF16, or CUDA)")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: all cores)")
 
+    p = sub.add_parser("average", help="average the weights of checkpoints (e.g. the last epochs') for export")
+    p.add_argument("checkpoints", type=Path, nargs="+")
+    p.add_argument("--out", type=Path, required=True, help="the averaged checkpoint")
+
     p = sub.add_parser("export", help="write a bundle from a training checkpoint")
     p.add_argument("checkpoint", type=Path)
     p.add_argument("out_dir", type=Path)
@@ -36,7 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("evaluate", help="chrF and BLEU of a bundle on the test split, and the TM baseline")
     p.add_argument("bundle", type=Path)
     p.add_argument("--corpus", type=Path, default=CACHE / "corpus" / "en-ja")
-    p.add_argument("--limit", type=int, default=None, help="first N test pairs only")
+    p.add_argument("--limit", type=int, default=None, help="first N pairs only")
+    p.add_argument("--split", choices=["test", "dev"], default="test", help="dev: for choosing a checkpoint")
     p.add_argument("--write", action="store_true", help="record the scores in the bundle's manifest")
 
     p = sub.add_parser("import-marian", help="convert a Hugging Face MarianMTModel directory into a bundle")
@@ -61,6 +66,10 @@ def main(argv: list[str]) -> int:
 
             t = TrainConfig(epochs=args.epochs, max_tokens=args.max_tokens, warmup=args.warmup, bf16=args.bf16)
             print(train(args.corpus, args.run, name=args.name, t=t, threads=args.threads))
+        elif args.command == "average":
+            from model.train import average_checkpoints
+
+            print(average_checkpoints(args.checkpoints, args.out))
         elif args.command == "export":
             from model.export import add_int8, export_checkpoint
 
@@ -71,7 +80,7 @@ def main(argv: list[str]) -> int:
         elif args.command == "evaluate":
             from model.evaluate import evaluate
 
-            evaluate(args.bundle, args.corpus, limit=args.limit, write=args.write)
+            evaluate(args.bundle, args.corpus, limit=args.limit, write=args.write, split=args.split)
         elif args.command == "import-marian":
             from model.marian import import_marian
 

@@ -85,10 +85,14 @@ def scores(hyps: list[str], refs: list[str]) -> dict[str, float]:
     }
 
 
-def evaluate(bundle_dir: Path, corpus: Path, *, limit: int | None = None, write: bool = False) -> dict[str, Any]:
+def evaluate(
+    bundle_dir: Path, corpus: Path, *, limit: int | None = None, write: bool = False, split: str = "test"
+) -> dict[str, Any]:
     """Score greedy, beam 4 (on the float32 graphs, and on the int8 ones when the bundle has them) and the TM
     baseline; print a table; with ``write``, record them in the manifest."""
-    test = read_tsv(corpus / "test.tsv")[:limit]
+    if write and split != "test":
+        raise ValueError("only test-split scores go into the manifest")
+    test = read_tsv(corpus / f"{split}.tsv")[:limit]
     sources, refs = [s for s, _ in test], [t for _, t in test]
     bundle = load_bundle(bundle_dir)
     runner = Runner(bundle, "cpu", threads=0)
@@ -103,7 +107,7 @@ def evaluate(bundle_dir: Path, corpus: Path, *, limit: int | None = None, write:
     results["translation memory"] = scores(translation_memory(read_tsv(corpus / "train.tsv"), sources), refs)
     samples = translate(runner, UI_STRINGS, 4)
     report = {
-        "test_set": f"{corpus.name} test split ({len(test)} pairs, {corpus / 'test.tsv'})",
+        "test_set": f"{corpus.name} {split} split ({len(test)} pairs, {corpus / f'{split}.tsv'})",
         "results": results,
         "samples": dict(zip(UI_STRINGS, samples, strict=True)),
     }

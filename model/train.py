@@ -294,6 +294,30 @@ class Trainer:
         self._epoch_batches = None
 
 
+def average_checkpoints(paths: list[Path], out: Path) -> Path:
+    """Write a checkpoint whose weights are the mean of the given checkpoints' (the same model config), for export:
+    averaging the last epochs smooths the noise of a still-high learning rate. No optimizer state: it is not for
+    resuming.
+
+    Raises:
+        ValueError: the checkpoints are of different model configs.
+    """
+    ckpts = [torch.load(p, map_location="cpu", weights_only=False) for p in paths]
+    if any(c["config"] != ckpts[0]["config"] for c in ckpts):
+        raise ValueError("the checkpoints have different model configs: they cannot be averaged")
+    state = {
+        key: torch.stack([c["model"][key].float() for c in ckpts]).mean(0).to(value.dtype)
+        if value.is_floating_point()
+        else value
+        for key, value in ckpts[-1]["model"].items()
+    }
+    meta = dict(ckpts[-1]["meta"])
+    meta["provenance"] = {**meta.get("provenance", {}), "averaged": [str(p) for p in paths]}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"config": ckpts[-1]["config"], "model": state, "meta": meta}, out)
+    return out
+
+
 DEFAULT_MODEL: dict[str, Any] = dict(
     d_model=256, h=8, d_ff=1024, n_encoder_layers=3, n_decoder_layers=3, max_positions=256
 )

@@ -15,7 +15,7 @@ import numpy as np
 if TYPE_CHECKING:
     from service.settings import Settings
 
-MODEL_COMMANDS = ("train", "evaluate", "export", "import-marian", "export-marian")
+MODEL_COMMANDS = ("train", "average", "evaluate", "export", "import-marian", "export-marian")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -6,6 +6,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from model.evaluate import evaluate, scores, translation_memory
 from model.export import add_int8
 
@@ -34,3 +36,8 @@ def test_evaluate_writes_scores_into_the_manifest(tiny_bundle: Path, tmp_path: P
     decodings = {"greedy", "beam 4", "greedy, int8", "beam 4, int8", "translation memory"}
     assert {(s["decoding"], s["metric"]) for s in recorded} == {(d, m) for d in decodings for m in ("chrF", "BLEU")}
     assert all(s["command"].startswith("attnserve evaluate") for s in recorded)
+
+
+def test_only_test_scores_go_into_the_manifest(tiny_bundle: Path, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="test-split"):
+        evaluate(tiny_bundle, tmp_path, write=True, split="dev")

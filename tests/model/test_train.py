@@ -6,8 +6,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
-from model.train import Data, TrainConfig, Trainer, learning_rate
+from model.train import Data, TrainConfig, Trainer, average_checkpoints, learning_rate
 from model.transformer import TransformerConfig
 
 CONFIG = TransformerConfig(
@@ -61,3 +62,17 @@ def test_learning_rate_warms_up_then_decays() -> None:
     rates = [learning_rate(step, 256, TrainConfig(warmup=100)) for step in (1, 50, 100, 400)]
     assert rates[0] < rates[1] < rates[2] > rates[3]
     assert rates[2] == pytest.approx(256**-0.5 * 100**-0.5)
+
+
+def test_averaged_checkpoint_holds_the_mean_weights(tmp_path: Path) -> None:
+    paths = []
+    for seed in (1, 2, 3):
+        trainer = Trainer(CONFIG, TrainConfig(seed=seed), toy_data(), tmp_path / str(seed), meta={"name": "toy"})
+        trainer.save(tmp_path / f"{seed}.pt")
+        paths.append(tmp_path / f"{seed}.pt")
+    out = average_checkpoints(paths, tmp_path / "avg.pt")
+    states = [torch.load(p, weights_only=False)["model"] for p in paths]
+    avg = torch.load(out, weights_only=False)
+    assert avg["config"] == CONFIG.to_dict() and avg["meta"]["provenance"]["averaged"] == [str(p) for p in paths]
+    for key, value in avg["model"].items():
+        torch.testing.assert_close(value, sum(s[key] for s in states) / 3)

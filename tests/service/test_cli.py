@@ -32,3 +32,10 @@ def test_cuda_requested_without_cuda() -> None:
     with pytest.raises(ProviderError, match="onnxruntime-gpu"):
         choose_provider("cuda")
     assert choose_provider("auto") == "CPUExecutionProvider"
+
+
+def test_model_commands_are_handed_over() -> None:
+    from model.cli import COMMANDS
+    from service.cli import MODEL_COMMANDS
+
+    assert MODEL_COMMANDS == COMMANDS  # service/cli.py names them without importing model/ (no torch there)

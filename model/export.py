@@ -56,6 +56,11 @@ class EncoderGraph(nn.Module):
         )
 
 
+def split_cache(cache: tuple[Tensor, ...], L: int) -> tuple[tuple[Tensor, ...], ...]:
+    """The decoder graphs' cache inputs, in order: L cross keys, L cross values, L past keys, L past values."""
+    return tuple(cache[i * L : (i + 1) * L] for i in range(4))
+
+
 class DecoderGraph(nn.Module):
     """decoder.onnx: one decoding step on the key/value cache; see docs/ARCHITECTURE.md for the signature.
 
@@ -76,7 +81,7 @@ class DecoderGraph(nn.Module):
         *cache: Tensor,  # L cross keys, L cross values (B, h, S, d_k); L past keys, L past values (B, h, T, d_k)
     ) -> tuple[Tensor, ...]:
         L = self.model.config.n_decoder_layers
-        cross_keys, cross_values, past_keys, past_values = (cache[i * L : (i + 1) * L] for i in range(4))
+        cross_keys, cross_values, past_keys, past_values = split_cache(cache, L)
         x, present, self_w, cross_w = self.model.decode(
             input_ids,
             position_ids,
@@ -140,7 +145,7 @@ class FastDecoderGraph(nn.Module):
     ) -> tuple[Tensor, ...]:
         m = self.model
         L = m.config.n_decoder_layers
-        cross_keys, cross_values, past_keys, past_values = (cache[i * L : (i + 1) * L] for i in range(4))
+        cross_keys, cross_values, past_keys, past_values = split_cache(cache, L)
         src_mask, tgt_mask = encoder_attention_mask.to(torch.int32), self_attention_mask.to(torch.int32)
         x = m.tgt_embed(input_ids, position_ids)  # (B, 1, d_model)
         present = []

@@ -331,6 +331,7 @@ class BatchDecoder:
     def _trim(self) -> None:
         """Drop cache slots no live row owns any more, and source columns no live row needs (only when it is worth
         a copy). A hole keeps at least one source column and gets a fresh self-attention slot every step."""
+        rows = [i for i, r in enumerate(self.rows) if r is not None]
         live = [r for r in self.rows if r is not None]
         T = self.self_mask.shape[1]
         first = min(r.start for r in live)
@@ -341,7 +342,6 @@ class BatchDecoder:
             self.self_mask = np.ascontiguousarray(self.self_mask[:, first:])
             for r in live:
                 r.start -= first
-        rows = [i for i, r in enumerate(self.rows) if r is not None]
         S = int(self.encoder_mask[rows].sum(axis=1).max())
         if self.encoder_mask.shape[1] * 3 >= S * 4:
             self.cross_keys = [narrow(k, 2, 0, S) for k in self.cross_keys]

@@ -1,4 +1,4 @@
-"""Training throughput on this machine: float32 vs bfloat16 autocast (target tokens per second).
+"""Training throughput on this machine: float32, bfloat16 autocast and torch.compile (target tokens per second).
 
 python bench/train_speed.py --corpus ~/.cache/attnserve/corpus/en-ja --steps 30
 """
@@ -32,10 +32,20 @@ def main() -> None:
     base = TrainConfig(max_tokens=args.max_tokens)
     n_params = sum(p.numel() for p in Trainer(c, base, data, Path(tempfile.mkdtemp())).model.parameters())
     print(f"threads {torch.get_num_threads()}, {n_params:,} parameters")
-    for name, t in (("float32", base), ("bf16 autocast", replace(base, bf16=True))):
+    variants = (
+        ("float32", base, False),
+        ("bf16 autocast", replace(base, bf16=True), False),
+        ("torch.compile", base, True),
+    )
+    for name, t, compiled in variants:
         trainer = Trainer(c, t, data, Path(tempfile.mkdtemp()))
+        if compiled:  # dynamic shapes: every batch has another (B, S, T)
+            trainer.model.forward = torch.compile(trainer.model.forward, dynamic=True)  # type: ignore[method-assign]
         batches = trainer.epoch_batches()
-        trainer.train_step(data.collate(batches[0], c))  # warm-up
+        t0 = time.perf_counter()
+        for b in batches[-3:]:  # warm-up (and compilation) on batches not timed
+            trainer.train_step(data.collate(b, c))
+        print(f"{name:14s} warm-up {time.perf_counter() - t0:6.1f} s")
         tokens, t0 = 0, time.perf_counter()
         for b in batches[1 : args.steps + 1]:
             tokens += trainer.train_step(data.collate(b, c))[1]

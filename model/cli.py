@@ -26,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=1500)
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast (CPU with AVX-512-BF16, or CUDA)")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: all cores)")
+    p.add_argument("--keep-epochs", type=int, default=5, help="keep the weights of the last N epochs (run/epochs/)")
 
     p = sub.add_parser("average", help="average the weights of checkpoints (e.g. the last epochs') for export")
     p.add_argument("checkpoints", type=Path, nargs="+")
@@ -64,7 +65,13 @@ def main(argv: list[str]) -> int:
         if args.command == "train":
             from model.train import TrainConfig, train
 
-            t = TrainConfig(epochs=args.epochs, max_tokens=args.max_tokens, warmup=args.warmup, bf16=args.bf16)
+            t = TrainConfig(
+                epochs=args.epochs,
+                max_tokens=args.max_tokens,
+                warmup=args.warmup,
+                bf16=args.bf16,
+                keep_epochs=args.keep_epochs,
+            )
             print(train(args.corpus, args.run, name=args.name, t=t, threads=args.threads))
         elif args.command == "average":
             from model.train import average_checkpoints

@@ -42,6 +42,7 @@ class TrainConfig:
     bf16: bool = False  # bfloat16 autocast on the CPU (AVX-512-BF16) or CUDA
     dev_size: int = 1000  # dev sentences decoded for chrF after each epoch
     max_length: int = 128  # longer pairs are skipped (tokens, either side)
+    keep_epochs: int = 5  # weights of the last this-many epochs kept in epochs/ for `attnserve average`
 
 
 @dataclass
@@ -234,6 +235,7 @@ class Trainer:
         self.progress.batch = 0
         self._epoch_batches = None
         self.save(self.run_dir / "last.pt")
+        self.keep_epoch_weights()
         if record.get("dev_chrf", -1.0) > self.progress.best_chrf:
             self.progress.best_chrf = record["dev_chrf"]
             self.save(self.run_dir / "best.pt")
@@ -282,6 +284,22 @@ class Trainer:
             tmp,
         )
         os.replace(tmp, path)
+
+    def keep_epoch_weights(self) -> None:
+        """Write ``epochs/epoch<N>.pt`` (weights only, the format of :func:`average_checkpoints`'s output) for the
+        epoch just ended, and delete those older than the last ``keep_epochs``."""
+        if self.t.keep_epochs <= 0:
+            return
+        folder = self.run_dir / "epochs"
+        folder.mkdir(parents=True, exist_ok=True)
+        epoch = self.progress.epoch
+        state = {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
+        tmp = folder / f"epoch{epoch}.tmp"
+        torch.save({"config": self.c.to_dict(), "model": state, "meta": self.meta}, tmp)
+        os.replace(tmp, folder / f"epoch{epoch}.pt")
+        for old in folder.glob("epoch*.pt"):
+            if int(old.stem.removeprefix("epoch")) <= epoch - self.t.keep_epochs:
+                old.unlink()
 
     def load(self, path: Path) -> None:
         ckpt = torch.load(path, map_location=self.device, weights_only=False)

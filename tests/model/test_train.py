@@ -76,3 +76,14 @@ def test_averaged_checkpoint_holds_the_mean_weights(tmp_path: Path) -> None:
     assert avg["config"] == CONFIG.to_dict() and avg["meta"]["provenance"]["averaged"] == [str(p) for p in paths]
     for key, value in avg["model"].items():
         torch.testing.assert_close(value, sum(s[key] for s in states) / 3)
+
+
+def test_the_last_epochs_weights_are_kept_for_averaging(tmp_path: Path) -> None:
+    t = TrainConfig(max_tokens=64, warmup=4, epochs=4, seed=7, checkpoint_minutes=1e9, keep_epochs=2)
+    trainer = Trainer(CONFIG, t, toy_data(), tmp_path, meta={"name": "toy"})
+    trainer.run(show_progress=False)
+    assert sorted(p.name for p in (tmp_path / "epochs").iterdir()) == ["epoch3.pt", "epoch4.pt"]
+    last = torch.load(tmp_path / "epochs" / "epoch4.pt", weights_only=False)
+    for key, value in trainer.model.state_dict().items():
+        torch.testing.assert_close(last["model"][key], value)
+    average_checkpoints(sorted((tmp_path / "epochs").iterdir()), tmp_path / "avg.pt")  # the format it reads

@@ -278,6 +278,7 @@ class BatchDecoder:
         top = np.argpartition(flat, 2 * k)[: 2 * k]  # the 2k best, unordered
         top = top[np.argsort(flat[top], kind="stable")]
         children: list[tuple[int, _Row]] = []
+        best_ended = False  # the best continuation is </s>: no live hypothesis scores higher (CTranslate2's early exit)
         for rank, c in enumerate(top):
             if not np.isfinite(flat[c]):
                 break
@@ -285,11 +286,13 @@ class BatchDecoder:
             if token == eos:
                 if rank < k:
                     job.finished.append(child(parent, token))
+                    best_ended = best_ended or rank == 0
                 continue
             children.append((parent, _Row(job, child(parent, token), start)))
             if len(children) == k:
                 break
-        if len(job.finished) >= k or t >= req.max_length or not children:
+        enough = len(job.finished) >= k or (best_ended and len(job.finished) >= req.n_best)
+        if enough or t >= req.max_length or not children:
             if t >= req.max_length:
                 job.finished.extend(row.hyp for _, row in children)
             return None

@@ -202,8 +202,15 @@ class Runner:
         # Waiting threads sleep instead of spinning: a spinning pool collapses when another process holds a core.
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         providers = [self.provider] if self.provider == CPU else [self.provider, CPU]
-        self.encoder = ort.InferenceSession(str(bundle.graph("encoder", variant)), opts, providers=providers)
-        self.decoder = ort.InferenceSession(str(bundle.graph("decoder", variant)), opts, providers=providers)
+        # On the CPU, LayerNormalization after a plain Add beats the fused SkipLayerNormalization kernel: measured
+        # 5-24 % less time per decoder step (batch 32-128, past 10-30, float32 and int8, one thread).
+        disabled = ["SkipLayerNormFusion"] if self.provider == CPU else None
+        self.encoder, self.decoder = (
+            ort.InferenceSession(
+                str(bundle.graph(role, variant)), opts, providers=providers, disabled_optimizers=disabled
+            )
+            for role in ("encoder", "decoder")
+        )
         self.io_binding = self.provider == CUDA if io_binding is None else io_binding
         self.device = "cuda" if self.provider == CUDA else "cpu"
         self.tensors: Tensors = DeviceTensors(providers, self.device, opts) if self.io_binding else HostTensors()

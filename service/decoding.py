@@ -79,11 +79,44 @@ class _Row:
     alive: bool = True  # False for the extra beam rows before the first step
 
 
-def _log_softmax(x: np.ndarray) -> np.ndarray:
-    """log softmax over the last axis, in place (x is the step's own logits array)."""
-    x -= x.max(axis=-1, keepdims=True)
-    x -= np.log(np.exp(x).sum(axis=-1, keepdims=True))
-    return x
+class _Scores:
+    """One step's log-probabilities, log p(v | row) = logits[row, v] - log_norm[row], without writing the (N, V)
+    array of them out: choosing tokens reads the logits, and only the chosen tokens' log-probabilities are formed."""
+
+    BEAM_MARGIN = 10.0  # beam candidates are first sought within this many nats of the best continuation
+
+    def __init__(self, logits: np.ndarray) -> None:
+        self.logits = logits  # (N, V); padding already -inf
+        self.best = logits.max(axis=-1)  # (N,)
+        shifted = logits - self.best[:, None]
+        self.log_norm = self.best + np.log(np.exp(shifted, out=shifted).sum(axis=-1))  # (N,)
+
+    def logp(self, row: int, token: int) -> float:
+        return float(self.logits[row, token] - self.log_norm[row])
+
+    def beam_top(self, idx: list[int], scores: np.ndarray, n: int) -> list[tuple[int, int]]:
+        """The n best (row, token) continuations of the rows ``idx`` (hypothesis log-probabilities ``scores``,
+        -inf for rows not yet alive), best first, ties by row then token; only finite ones.
+
+        Exact: the candidates are every continuation within BEAM_MARGIN of the best one; when fewer than n are
+        there, every continuation is ranked.
+        """
+        base = scores - self.log_norm[idx]  # (k,) continuation score = base[j] + logits[idx[j], v]
+        top = float(np.max(base + self.best[idx]))
+        if not np.isfinite(top):
+            return []
+        contiguous = idx[-1] - idx[0] + 1 == len(idx)  # a request's rows stay together: a view, not a copy
+        logits = self.logits[idx[0] : idx[-1] + 1] if contiguous else self.logits[idx]  # (k, V)
+        flat = np.flatnonzero(logits >= (top - self.BEAM_MARGIN - base)[:, None])  # rows not alive: threshold +inf
+        if len(flat) < n:  # a flat distribution: rank everything
+            flat = np.arange(logits.size)
+        j, v = np.divmod(flat, logits.shape[1])
+        value = base[j] + logits[j, v]
+        if len(value) > n:
+            keep = np.argpartition(-value, n - 1)[:n]
+            j, v, value = j[keep], v[keep], value[keep]
+        order = np.lexsort((v, j, -value))
+        return [(idx[a], int(b)) for a, b, c in zip(j[order], v[order], value[order], strict=True) if np.isfinite(c)]
 
 
 class BatchDecoder:
@@ -219,7 +252,7 @@ class BatchDecoder:
         self.past_keys, self.past_values, self.self_mask = out.present_keys, out.present_values, self_mask
         logits = out.logits.astype(np.float32, copy=False)  # float16 graphs would give float16
         logits[:, self.spec.pad_id] = -np.inf  # never emit padding
-        logp = _log_softmax(logits)
+        scores = _Scores(logits)
 
         keep = list(range(N))  # the row whose cache each row continues (a beam's parent)
         new_rows = list(self.rows)
@@ -231,7 +264,7 @@ class BatchDecoder:
         for idx in by_job.values():
             job = self.rows[idx[0]].job  # type: ignore[union-attr]
             job.steps += 1
-            children = self._advance(job, idx, logp, out) or []
+            children = self._advance(job, idx, scores, out) or []
             if not children:
                 done.append((job.key, self._result(job)))
             for j, slot in enumerate(idx):  # a request's children take its own rows: masks and cross caches fit
@@ -242,7 +275,7 @@ class BatchDecoder:
         self._tidy()
         return done, seconds
 
-    def _advance(self, job: _Job, idx: list[int], logp: np.ndarray, out: StepOutput) -> list[tuple[int, _Row]] | None:
+    def _advance(self, job: _Job, idx: list[int], scores: _Scores, out: StepOutput) -> list[tuple[int, _Row]] | None:
         """Choose the next tokens of one request's rows; None when the request is finished."""
         req, eos = job.request, self.spec.eos_id
         rows = {i: r for i in idx if (r := self.rows[i]) is not None}
@@ -251,7 +284,7 @@ class BatchDecoder:
 
         def child(i: int, token: int) -> Hypothesis:
             r = rows[i]
-            hyp = Hypothesis([*r.hyp.tokens, token], [*r.hyp.token_scores, float(logp[i, token])])
+            hyp = Hypothesis([*r.hyp.tokens, token], [*r.hyp.token_scores, scores.logp(i, token)])
             if req.attention:
                 assert out.self_attentions is not None and out.cross_attentions is not None, "no attention outputs"
                 s = len(req.src)
@@ -261,7 +294,7 @@ class BatchDecoder:
 
         if req.forced is not None or req.beam_size == 1:
             i = idx[0]
-            token = req.forced[t - 1] if req.forced is not None else int(logp[i].argmax())
+            token = req.forced[t - 1] if req.forced is not None else int(scores.logits[i].argmax())
             hyp = child(i, token)
             limit = len(req.forced) if req.forced is not None else req.max_length
             if token == eos or t >= limit:
@@ -271,18 +304,10 @@ class BatchDecoder:
 
         # Beam search: the best 2k continuations of the k live hypotheses; </s> ones finish.
         k = req.beam_size
-        scores = np.array([rows[i].hyp.score if rows[i].alive else -np.inf for i in idx])
-        contiguous = idx[-1] - idx[0] + 1 == len(idx)  # a request's rows stay together: a view, not a copy
-        cost = -scores[:, None] - (logp[idx[0] : idx[-1] + 1] if contiguous else logp[idx])  # (k, V), lower = better
-        flat = cost.ravel()
-        top = np.argpartition(flat, 2 * k)[: 2 * k]  # the 2k best, unordered
-        top = top[np.argsort(flat[top], kind="stable")]
+        hyp_scores = np.array([rows[i].hyp.score if rows[i].alive else -np.inf for i in idx])
         children: list[tuple[int, _Row]] = []
         best_ended = False  # the best continuation is </s>: no live hypothesis scores higher (CTranslate2's early exit)
-        for rank, c in enumerate(top):
-            if not np.isfinite(flat[c]):
-                break
-            parent, token = idx[c // logp.shape[1]], int(c % logp.shape[1])
+        for rank, (parent, token) in enumerate(scores.beam_top(idx, hyp_scores, 2 * k)):
             if token == eos:
                 if rank < k:
                     job.finished.append(child(parent, token))

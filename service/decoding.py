@@ -306,18 +306,15 @@ class BatchDecoder:
         k = req.beam_size
         hyp_scores = np.array([rows[i].hyp.score if rows[i].alive else -np.inf for i in idx])
         children: list[tuple[int, _Row]] = []
-        best_ended = False  # the best continuation is </s>: no live hypothesis scores higher (CTranslate2's early exit)
         for rank, (parent, token) in enumerate(scores.beam_top(idx, hyp_scores, 2 * k)):
             if token == eos:
                 if rank < k:
                     job.finished.append(child(parent, token))
-                    best_ended = best_ended or rank == 0
                 continue
             children.append((parent, _Row(job, child(parent, token), start)))
             if len(children) == k:
                 break
-        enough = len(job.finished) >= k or (best_ended and len(job.finished) >= req.n_best)
-        if enough or t >= req.max_length or not children:
+        if len(job.finished) >= k or t >= req.max_length or not children:
             if t >= req.max_length:
                 job.finished.extend(row.hyp for _, row in children)
             return None

@@ -46,7 +46,7 @@ def test_same_weights_same_greedy_tokens(prepared: peers.Prepared, sources: list
     assert all(0 < len(t) <= MAX_LENGTH for t in ours)
     assert ct2 == ours
     assert hf == ours
-    # Beam search stops as CTranslate2's does (at n_best finished, once the best continuation is </s>).
+    # Beam 4 too: the same search as CTranslate2's.
     ct2_engine = peers.CTranslate2Engine(prepared.ct2, prepared.vocab)
     beam = peers.translate(peers.AttnserveEngine(prepared.bundle), sources, 4, MAX_LENGTH)
     assert beam == peers.translate(ct2_engine, sources, 4, MAX_LENGTH)

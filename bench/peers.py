@@ -815,6 +815,9 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     from service.bundle import load_bundle
 
+    if {"http", "mixed"} & set(args.parts):
+        import matplotlib  # noqa: F401  (the plots; fail now, not after the runs)
+
     bundle = load_bundle(args.bundle)
     spec = bundle.spec
     limit = min(SERVICE_MAX_LENGTH, spec.max_positions)  # the service's max_tokens (413 beyond)

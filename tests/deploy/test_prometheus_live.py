@@ -52,7 +52,7 @@ def wait_for(what: str, ready: Callable[[], bool], process: subprocess.Popen[byt
         try:
             if ready():
                 return
-        except httpx.TransportError:
+        except (httpx.TransportError, json.JSONDecodeError):  # not listening yet, or a starting server's text 503
             pass
         time.sleep(0.5)
     pytest.fail(f"{what}: not done after {timeout} s:\n{log.read_text()[-4000:]}")

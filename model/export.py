@@ -348,9 +348,10 @@ def _compare(names: list[str], got: Sequence[np.ndarray], want: Sequence[Tensor]
     """The largest difference of any output, relative to the output's magnitude where that exceeds 1 (float32 sums
     of values near 10 differ by about 1e-5 · 10 between GEMM kernels); raises past ``tolerance``."""
     worst = 0.0
-    for name, a, b in zip(names, got, want, strict=False):  # want may have more outputs (attention weights)
-        scale = max(1.0, float(np.abs(b.numpy()).max()))
-        diff = float(np.abs(a - b.numpy()).max()) / scale
+    for name, a, tensor in zip(names, got, want, strict=False):  # want may have more outputs (attention weights)
+        b = tensor.numpy()
+        scale = max(1.0, float(np.abs(b).max()))
+        diff = float(np.abs(a - b).max()) / scale
         worst = max(worst, diff)
         if not diff <= tolerance:
             raise ValueError(

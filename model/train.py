@@ -269,9 +269,7 @@ class Trainer:
 
     def save(self, path: Path) -> None:
         """Atomically write a checkpoint: weights, optimizer, progress and random state."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        torch.save(
+        _save_atomic(
             {
                 "config": self.c.to_dict(),
                 "train_config": asdict(self.t),
@@ -281,22 +279,17 @@ class Trainer:
                 "rng": torch.get_rng_state(),
                 "meta": self.meta,
             },
-            tmp,
+            path,
         )
-        os.replace(tmp, path)
 
     def keep_epoch_weights(self) -> None:
         """Write ``epochs/epoch<N>.pt`` (weights only, the format of :func:`average_checkpoints`'s output) for the
         epoch just ended, and delete those older than the last ``keep_epochs``."""
         if self.t.keep_epochs <= 0:
             return
-        folder = self.run_dir / "epochs"
-        folder.mkdir(parents=True, exist_ok=True)
-        epoch = self.progress.epoch
+        folder, epoch = self.run_dir / "epochs", self.progress.epoch
         state = {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
-        tmp = folder / f"epoch{epoch}.tmp"
-        torch.save({"config": self.c.to_dict(), "model": state, "meta": self.meta}, tmp)
-        os.replace(tmp, folder / f"epoch{epoch}.pt")
+        _save_atomic({"config": self.c.to_dict(), "model": state, "meta": self.meta}, folder / f"epoch{epoch}.pt")
         for old in folder.glob("epoch*.pt"):
             if int(old.stem.removeprefix("epoch")) <= epoch - self.t.keep_epochs:
                 old.unlink()
@@ -331,9 +324,16 @@ def average_checkpoints(paths: list[Path], out: Path) -> Path:
     }
     meta = dict(ckpts[-1]["meta"])
     meta["provenance"] = {**meta.get("provenance", {}), "averaged": [str(p) for p in paths]}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"config": ckpts[-1]["config"], "model": state, "meta": meta}, out)
+    _save_atomic({"config": ckpts[-1]["config"], "model": state, "meta": meta}, out)
     return out
+
+
+def _save_atomic(checkpoint: dict[str, Any], path: Path) -> None:
+    """torch.save to a temporary file beside ``path``, then rename: a crash never leaves half a checkpoint."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save(checkpoint, tmp)
+    os.replace(tmp, path)
 
 
 DEFAULT_MODEL: dict[str, Any] = dict(

@@ -4,6 +4,11 @@
 steps and finished ones leave (iteration-level batching); a row that joins late owns only the cache slots from its
 start on — the others are masked out (``self_attention_mask``), so a row's answer does not depend on its neighbours.
 
+A step's bookkeeping is a few numpy calls for the whole batch, not Python per row: the rows' tokens, scores and
+cache starts are arrays (:class:`_Rows`), greedy rows share one argmax, and the beam rows of every request are
+ranked together (:func:`beam_top`). Python runs per request only when one finishes, and per row only for requests
+that collect attention.
+
 Cache layout, one cache per decoder layer (the runner's kind: numpy, or device values with IOBinding, handled
 through ``runner.tensors``): ``past_keys``/``past_values`` (N, h, T, d_k) for N rows, row r owning slots
 ``start[r]:T``; ``cross_keys``/``cross_values`` (N, h, S, d_k).
@@ -11,6 +16,7 @@ through ``runner.tensors``): ``past_keys``/``past_values`` (N, h, T, d_k) for N 
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Hashable
 from dataclasses import dataclass, field
@@ -68,74 +74,156 @@ class _Job:
     request: DecodeRequest
     encoder_attention: np.ndarray | None
     finished: list[Hypothesis] = field(default_factory=list)
-    steps: int = 0
 
 
-@dataclass
-class _Row:
-    job: _Job
-    hyp: Hypothesis
-    start: int  # first cache slot this row owns
-    alive: bool = True  # False for the extra beam rows before the first step
+_Attention = tuple[list[np.ndarray], list[np.ndarray]]  # one row's self- and cross-attention rows, per step
+
+
+class _Rows:
+    """The batch's rows as arrays, entry r for cache row r. A hole (a row whose request left) has job -1."""
+
+    ARRAYS = ("job", "width", "limit", "start", "alive", "length", "score", "tokens", "token_scores")
+
+    def __init__(self, n: int = 0, columns: int = 16) -> None:
+        self.job = np.full(n, -1, np.int64)  # request number (BatchDecoder.jobs); -1: a hole
+        self.width = np.ones(n, np.int64)  # 0: forced decoding, 1: greedy, k ≥ 2: one of k beam rows
+        self.limit = np.ones(n, np.int64)  # tokens at most
+        self.start = np.zeros(n, np.int64)  # first cache slot this row owns
+        self.alive = np.zeros(n, bool)  # False: a beam row before its first hypothesis (or a hole)
+        self.length = np.zeros(n, np.int64)  # tokens generated
+        self.score = np.zeros(n)  # their summed log-probabilities (float64, summed in order like Hypothesis.score)
+        self.tokens = np.zeros((n, columns), np.int64)  # [:, :length]
+        self.token_scores = np.zeros((n, columns))
+        self.attention: list[_Attention | None] = [None] * n  # only for requests that collect attention
+
+    def __len__(self) -> int:
+        return len(self.job)
+
+    def take(self, ix: np.ndarray) -> _Rows:
+        """Rows ``ix`` (a row may repeat: beams); attention lists are shared until a step appends to them."""
+        rows = _Rows.__new__(_Rows)
+        for name in self.ARRAYS:
+            setattr(rows, name, getattr(self, name)[ix])
+        rows.attention = [self.attention[i] for i in ix.tolist()]
+        return rows
+
+    def extend(self, n: int) -> None:
+        """Add n holes."""
+        more = _Rows(n, self.tokens.shape[1])
+        for name in self.ARRAYS:
+            setattr(self, name, np.concatenate([getattr(self, name), getattr(more, name)]))
+        self.attention += more.attention
+
+    def reserve(self, columns: int) -> None:
+        """Room for ``columns`` tokens a row."""
+        if columns > self.tokens.shape[1]:
+            extra = max(columns, 2 * self.tokens.shape[1]) - self.tokens.shape[1]
+            self.tokens = np.pad(self.tokens, ((0, 0), (0, extra)))
+            self.token_scores = np.pad(self.token_scores, ((0, 0), (0, extra)))
+
+    def hypothesis(self, r: int) -> Hypothesis:
+        n = int(self.length[r])
+        hyp = Hypothesis(self.tokens[r, :n].tolist(), self.token_scores[r, :n].tolist())
+        if (attention := self.attention[r]) is not None:
+            hyp.self_attention, hyp.cross_attention = list(attention[0]), list(attention[1])
+        return hyp
 
 
 class _Scores:
     """One step's log-probabilities, log p(v | row) = logits[row, v] - log_norm[row], without writing the (N, V)
     array of them out: choosing tokens reads the logits, and only the chosen tokens' log-probabilities are formed."""
 
-    BEAM_MARGIN = 10.0  # beam candidates are first sought within this many nats of the best continuation
+    BLOCK = 16  # tokens v and v + nb, v + 2 nb, ... share a block (nb = V // BLOCK) for beam_top's first pass
 
     def __init__(self, logits: np.ndarray) -> None:
         self.logits = logits  # (N, V); padding already -inf
-        self.best = logits.max(axis=-1)  # (N,)
-        shifted = logits - self.best[:, None]
-        self.log_norm = self.best + np.log(np.exp(shifted, out=shifted).sum(axis=-1))  # (N,)
+        N = len(logits)
+        self.argmax = logits.argmax(axis=-1)  # (N,)
+        self.best = logits[np.arange(N), self.argmax]  # (N,)
+        shifted = np.subtract(logits, self.best[:, None])
+        self.log_norm = self.best + np.log(np.einsum("ij->i", np.exp(shifted, out=shifted)))  # (N,)
+        self._block_max: np.ndarray | None = None
 
-    def logp(self, row: int, token: int) -> float:
-        return float(self.logits[row, token] - self.log_norm[row])
+    def logp(self, rows: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        return self.logits[rows, tokens] - self.log_norm[rows]  # float32, as the logits
 
-    def beam_top(self, idx: list[int], scores: np.ndarray, n: int) -> list[tuple[int, int]]:
-        """The n best (row, token) continuations of the rows ``idx`` (hypothesis log-probabilities ``scores``,
-        -inf for rows not yet alive), best first, ties by row then token; only finite ones.
+    @property
+    def blocks(self) -> int:
+        return max(self.logits.shape[1] // self.BLOCK, 1)
 
-        Exact: the candidates are every continuation within BEAM_MARGIN of the best one; when fewer than n are
-        there, every continuation is ranked.
-        """
-        base = scores - self.log_norm[idx]  # (k,) continuation score = base[j] + logits[idx[j], v]
-        top = float(np.max(base + self.best[idx]))
-        if not np.isfinite(top):
-            return []
-        contiguous = idx[-1] - idx[0] + 1 == len(idx)  # a request's rows stay together: a view, not a copy
-        logits = self.logits[idx[0] : idx[-1] + 1] if contiguous else self.logits[idx]  # (k, V)
-        flat = np.flatnonzero(logits >= (top - self.BEAM_MARGIN - base)[:, None])  # rows not alive: threshold +inf
-        if len(flat) < n:  # a flat distribution: rank everything
-            flat = np.arange(logits.size)
-        j, v = np.divmod(flat, logits.shape[1])
-        value = base[j] + logits[j, v]
-        if len(value) > n:
-            keep = np.argpartition(-value, n - 1)[:n]
-            j, v, value = j[keep], v[keep], value[keep]
-        order = np.lexsort((v, j, -value))
-        return [(idx[a], int(b)) for a, b, c in zip(j[order], v[order], value[order], strict=True) if np.isfinite(c)]
+    def block_max(self) -> np.ndarray:
+        """(N, nb): the largest logit of each block, block b = the tokens v with v % nb == b."""
+        if self._block_max is None:
+            N, V = self.logits.shape
+            nb = self.blocks
+            m = V // nb
+            bm = self.logits[:, : m * nb].reshape(N, m, nb).max(axis=1)
+            tail = self.logits[:, m * nb :]  # fewer than nb tokens: blocks 0 .. V - m nb - 1
+            bm[:, : tail.shape[1]] = np.maximum(bm[:, : tail.shape[1]], tail)
+            self._block_max = bm
+        return self._block_max
+
+
+def beam_top(scores: _Scores, rows: np.ndarray, hyp_scores: np.ndarray, n: int) -> tuple[np.ndarray, ...]:
+    """The n best continuations of each of J requests with k rows each, ranked together.
+
+    Args:
+        rows: (J, k) batch rows of each request.
+        hyp_scores: (J, k) the rows' hypothesis log-probabilities; -inf for a row not alive yet.
+    Returns:
+        (request, row, token, value) arrays, request by request, best first (ties by row then token), at most n
+        a request and only finite values; value = hypothesis score + log p(token | row).
+
+    Exact in two passes: the n-th best block value (hypothesis score + a block's largest log-probability) is a cut
+    that at least n continuations reach, and every continuation above it lies in a block above it; only those
+    blocks' tokens are ranked.
+    """
+    J, k = rows.shape
+    nb = scores.blocks
+    base = hyp_scores - scores.log_norm[rows]  # (J, k) float64: value = base + logit
+    block_values = (base[:, :, None] + scores.block_max()[rows]).reshape(J, k * nb)
+    cut = np.full(J, -np.inf)
+    if n < k * nb:
+        cut = np.partition(block_values, k * nb - n, axis=1)[:, k * nb - n]
+    j, rest = np.divmod(np.flatnonzero(block_values >= cut[:, None]), k * nb)
+    row, b = np.divmod(rest, nb)
+    V = scores.logits.shape[1]
+    per = -(-V // nb)  # tokens a block, at most
+    tokens = (b[:, None] + nb * np.arange(per)).ravel()  # every candidate block's tokens
+    block = np.repeat(np.arange(len(b)), per)
+    inside = tokens < V
+    tokens, block = tokens[inside], block[inside]
+    j, row = j[block], row[block]
+    r = rows[j, row]
+    value = base[j, row] + scores.logits[r, tokens]
+    keep = value >= cut[j]
+    j, r, tokens, value = j[keep], r[keep], tokens[keep], value[keep]
+    order = np.lexsort((tokens, r, -value, j))
+    j, r, tokens, value = j[order], r[order], tokens[order], value[order]
+    rank = np.arange(len(j)) - np.searchsorted(j, j)
+    keep = (rank < n) & np.isfinite(value)
+    return j[keep], r[keep], tokens[keep], value[keep]
 
 
 class BatchDecoder:
     """Decodes the rows of many requests together, one step at a time; knows nothing of HTTP or queues.
 
-    The rows of a finished or cancelled request become holes (``None``) rather than being copied out at once:
-    newcomers take their places (their cache rows written in place), and the batch is compacted only when holes
-    are a quarter of it. A hole is still computed by the decoder, and ignored.
+    The rows of a finished or cancelled request become holes rather than being copied out at once: newcomers take
+    their places (their cache rows written in place), and the batch is compacted only when holes are a quarter of
+    it. A hole is still computed by the decoder, and ignored.
     """
 
     def __init__(self, runner: Runner) -> None:
         self.runner = runner
         self.spec: ModelSpec = runner.spec
         self.tensors = runner.tensors
+        self._numbers = itertools.count()
         self.reset()
 
     def reset(self) -> None:
         """Forget every row (after a runner failure, or when the last row left)."""
-        self.rows: list[_Row | None] = []
+        self.rows = _Rows()
+        self.jobs: dict[int, _Job] = {}  # by request number (_Rows.job)
         L, h, d_k = self.spec.n_decoder_layers, self.spec.h, self.spec.d_k
         empty = self.tensors.empty((0, h, 0, d_k))
         self.past_keys: list[Cache] = [empty] * L
@@ -148,11 +236,11 @@ class BatchDecoder:
     @property
     def num_rows(self) -> int:
         """Rows that decode a request (holes not counted)."""
-        return sum(r is not None for r in self.rows)
+        return int(np.count_nonzero(self.rows.job >= 0))
 
     @property
     def keys(self) -> set[Hashable]:
-        return {r.job.key for r in self.rows if r is not None}
+        return {job.key for job in self.jobs.values()}
 
     def admit(self, requests: list[tuple[Hashable, DecodeRequest]]) -> float:
         """Encode new requests (one encoder call) and add their rows; returns the encoder seconds."""
@@ -167,20 +255,27 @@ class BatchDecoder:
         enc = self.runner.encode(ids, mask)
         seconds = time.perf_counter() - t0
 
-        beams = np.array([1 if r.forced is not None else r.beam_size for _, r in requests])
+        forced = [r.forced is not None for _, r in requests]
+        beams = np.array([1 if f else r.beam_size for f, (_, r) in zip(forced, requests, strict=True)])
         rows_of = np.repeat(np.arange(len(requests)), beams)  # new row -> request index
         n, T = len(rows_of), self.self_mask.shape[1]
-        holes = [i for i, r in enumerate(self.rows) if r is None]
+        holes = np.flatnonzero(self.rows.job < 0)
         if len(holes) >= n and S_new <= self.encoder_mask.shape[1]:
-            slots = self._fill(holes[:n], enc.cross_keys, enc.cross_values, mask, rows_of)
+            slots = self._fill(holes[:n].tolist(), enc.cross_keys, enc.cross_values, mask, rows_of)
         else:
             slots = self._append(enc.cross_keys, enc.cross_values, mask, rows_of)
-        new_rows = iter(slots)
+        numbers = np.array([next(self._numbers) for _ in requests])
         for i, (key, r) in enumerate(requests):
             s = len(r.src)
-            job = _Job(key, r, enc.attentions[:, i, :, :s, :s].copy() if r.attention else None)
-            for b in range(beams[i]):
-                self.rows[next(new_rows)] = _Row(job, Hypothesis([], []), start=T, alive=b == 0)
+            self.jobs[int(numbers[i])] = _Job(key, r, enc.attentions[:, i, :, :s, :s].copy() if r.attention else None)
+        ix, rows = np.array(slots, np.int64), self.rows
+        width = np.array([0 if f else r.beam_size for f, (_, r) in zip(forced, requests, strict=True)])
+        limit = np.array([len(r.forced) if r.forced is not None else r.max_length for _, r in requests])
+        rows.job[ix], rows.width[ix], rows.limit[ix] = numbers[rows_of], width[rows_of], limit[rows_of]
+        rows.start[ix], rows.length[ix], rows.score[ix] = T, 0, 0.0
+        rows.alive[ix] = np.r_[True, rows_of[1:] != rows_of[:-1]]  # a request's first row
+        for slot, i in zip(slots, rows_of.tolist(), strict=True):
+            rows.attention[slot] = ([], []) if requests[i][1].attention else None
         return seconds
 
     def _fill(
@@ -220,27 +315,39 @@ class BatchDecoder:
         self.past_keys = [tensors.pad(k, 0, n) for k in self.past_keys]  # the new rows own no slot yet
         self.past_values = [tensors.pad(v, 0, n) for v in self.past_values]
         self.self_mask = np.concatenate([self.self_mask, np.zeros((n, T), np.int64)], axis=0)
-        self.rows.extend([None] * n)
+        self.rows.extend(n)
         return list(range(N, N + n))
 
     def cancel(self, key: Hashable) -> None:
         """Drop the rows of a request whose caller went away."""
-        self.rows = [None if r is not None and r.job.key == key else r for r in self.rows]
+        for number in [number for number, job in self.jobs.items() if job.key == key]:
+            self._leave(np.flatnonzero(self.rows.job == number))
+            del self.jobs[number]
         self._tidy()
+
+    def _leave(self, ix: np.ndarray) -> None:
+        """Rows ``ix`` become holes; a hole attends to nothing but its newest slot."""
+        self.rows.job[ix] = -1
+        self.rows.alive[ix] = False
+        self.self_mask[ix] = 0
+        for i in ix.tolist():
+            self.rows.attention[i] = None
 
     def step(self) -> tuple[list[tuple[Hashable, DecodeResult]], float]:
         """One decoder call for every row; returns the requests that finished and the decoder seconds."""
-        if not self.num_rows:
+        rows, spec = self.rows, self.spec
+        live = rows.job >= 0
+        if not live.any():
             return [], 0.0
-        N = len(self.rows)
-        start = self.spec.decoder_start_id
-        last = [r.hyp.tokens[-1] if r is not None and r.hyp.tokens else start for r in self.rows]
-        positions = [len(r.hyp.tokens) if r is not None else 0 for r in self.rows]
+        N = len(rows)
+        everyone = np.arange(N)
+        started = live & (rows.length > 0)
+        last = np.where(started, rows.tokens[everyone, np.maximum(rows.length - 1, 0)], spec.decoder_start_id)
         self_mask = np.concatenate([self.self_mask, np.ones((N, 1), np.int64)], axis=1)
         t0 = time.perf_counter()
         out = self.runner.step(
-            np.array(last, np.int64)[:, None],
-            np.array(positions, np.int64)[:, None],
+            last[:, None],
+            np.where(live, rows.length, 0)[:, None],
             self.encoder_mask,
             self_mask,
             self.cross_keys,
@@ -251,74 +358,108 @@ class BatchDecoder:
         seconds = time.perf_counter() - t0
         self.past_keys, self.past_values, self.self_mask = out.present_keys, out.present_values, self_mask
         logits = out.logits.astype(np.float32, copy=False)  # float16 graphs would give float16
-        logits[:, self.spec.pad_id] = -np.inf  # never emit padding
+        logits[:, spec.pad_id] = -np.inf  # never emit padding
         scores = _Scores(logits)
 
-        keep = list(range(N))  # the row whose cache each row continues (a beam's parent)
-        new_rows = list(self.rows)
-        done: list[tuple[Hashable, DecodeResult]] = []
-        by_job: dict[int, list[int]] = {}
-        for i, r in enumerate(self.rows):
-            if r is not None:
-                by_job.setdefault(id(r.job), []).append(i)
-        for idx in by_job.values():
-            job = self.rows[idx[0]].job  # type: ignore[union-attr]
-            job.steps += 1
-            children = self._advance(job, idx, scores, out) or []
-            if not children:
-                done.append((job.key, self._result(job)))
-            for j, slot in enumerate(idx):  # a request's children take its own rows: masks and cross caches fit
-                keep[slot], new_rows[slot] = children[j] if j < len(children) else (slot, None)
-        if keep != list(range(N)):  # beams continue from other rows of their request: only the caches differ
-            self.past_keys, self.past_values = self._take_rows(keep)
-        self.rows = new_rows
+        # Each live row's next token and the row it continues (its parent: itself, or a beam of its request).
+        parent, token = everyone.copy(), np.zeros(N, np.int64)
+        stepped = np.zeros(N, bool)  # rows holding a continued hypothesis after this step
+        done: list[int] = []  # request numbers finished in this step
+        finals: list[tuple[int, int]] = []  # (request number, new row) hypotheses that finish at max_length
+        one = np.flatnonzero(live & (rows.width <= 1))  # greedy and forced rows
+        token[one] = scores.argmax[one]
+        for r in one[rows.width[one] == 0].tolist():
+            forced = self.jobs[int(rows.job[r])].request.forced
+            assert forced is not None
+            token[r] = forced[rows.length[r]]
+        stepped[one] = True
+        for k in np.unique(rows.width[live & (rows.width >= 2)]).tolist():
+            self._beam(k, scores, out, parent, token, stepped, done, finals)
+
+        ix = np.flatnonzero(stepped)
+        logp = scores.logp(parent[ix], token[ix])
+        new = rows.take(parent) if (parent != everyone).any() else rows
+        if new is not rows:
+            self.past_keys, self.past_values = self._take_rows(parent)
+        n = new.length[ix]
+        new.reserve(int(n.max(initial=0)) + 1)
+        new.tokens[ix, n], new.token_scores[ix, n] = token[ix], logp
+        new.score[ix] += logp
+        new.length[ix] += 1
+        new.alive = stepped  # a beam row that got no child holds no hypothesis until it gets one
+        if any(job.request.attention for job in self.jobs.values()):
+            self._attend(new, parent, ix, out)
+        self.rows = new
+
+        for r in one[(token[one] == spec.eos_id) | (new.length[one] >= new.limit[one])].tolist():
+            number = int(new.job[r])
+            self.jobs[number].finished.append(new.hypothesis(r))
+            done.append(number)
+        for number, r in finals:
+            self.jobs[number].finished.append(new.hypothesis(r))
+        self._leave(np.flatnonzero(np.isin(new.job, done)))
+        results = [(self.jobs[number].key, self._result(self.jobs.pop(number))) for number in done]
         self._tidy()
-        return done, seconds
+        return results, seconds
 
-    def _advance(self, job: _Job, idx: list[int], scores: _Scores, out: StepOutput) -> list[tuple[int, _Row]] | None:
-        """Choose the next tokens of one request's rows; None when the request is finished."""
-        req, eos = job.request, self.spec.eos_id
-        rows = {i: r for i in idx if (r := self.rows[i]) is not None}
-        start = rows[idx[0]].start
-        t = job.steps  # tokens each row will have after this step
+    def _beam(
+        self,
+        k: int,
+        scores: _Scores,
+        out: StepOutput,
+        parent: np.ndarray,
+        token: np.ndarray,
+        stepped: np.ndarray,
+        done: list[int],
+        finals: list[tuple[int, int]],
+    ) -> None:
+        """Beam search for the requests with k rows: the best 2k continuations of their live hypotheses; the
+        </s> ones among the best k finish, the best k others continue in the request's rows (their parents and
+        tokens are written into ``parent`` and ``token``, and ``stepped`` marks those rows)."""
+        rows, eos = self.rows, self.spec.eos_id
+        mine = np.flatnonzero((rows.job >= 0) & (rows.width == k))
+        ix = mine[np.lexsort((mine, rows.job[mine]))].reshape(-1, k)  # (J, k): a request's rows in batch order
+        hyp_scores = np.where(rows.alive[ix], rows.score[ix], -np.inf)
+        j, r, v, _ = beam_top(scores, ix, hyp_scores, 2 * k)
+        first = np.searchsorted(j, j)
+        rank = np.arange(len(j)) - first
+        ends = v == eos
+        for p in r[ends & (rank < k)].tolist():  # finished hypotheses: the parent's, plus </s>
+            hyp = rows.hypothesis(p)
+            hyp.tokens.append(eos)
+            hyp.token_scores.append(float(scores.logp(np.array([p]), np.array([eos]))[0]))
+            if rows.attention[p] is not None:
+                self_row, cross_row = self._attention_rows(out, p)
+                hyp.self_attention.append(self_row)
+                hyp.cross_attention.append(cross_row)
+            self.jobs[int(rows.job[p])].finished.append(hyp)
+        going = np.cumsum(~ends) - np.cumsum(~ends)[first] + ~ends[first]  # 1-based place among the request's others
+        child = ~ends & (going <= k)
+        slot = ix[j[child], going[child] - 1]  # the request's rows, in order, take its children
+        parent[slot], token[slot], stepped[slot] = r[child], v[child], True
+        children = np.bincount(j[child], minlength=len(ix))
+        t = rows.length[ix[:, 0]] + 1
+        at_limit = t >= rows.limit[ix[:, 0]]
+        for q in range(len(ix)):
+            number = int(rows.job[ix[q, 0]])
+            if len(self.jobs[number].finished) >= k or at_limit[q] or not children[q]:
+                done.append(number)
+                if at_limit[q]:
+                    finals.extend((number, int(s)) for s in ix[q, : children[q]])
 
-        def child(i: int, token: int) -> Hypothesis:
-            r = rows[i]
-            hyp = Hypothesis([*r.hyp.tokens, token], [*r.hyp.token_scores, scores.logp(i, token)])
-            if req.attention:
-                assert out.self_attentions is not None and out.cross_attentions is not None, "no attention outputs"
-                s = len(req.src)
-                hyp.self_attention = [*r.hyp.self_attention, out.self_attentions[:, i, :, r.start :].copy()]
-                hyp.cross_attention = [*r.hyp.cross_attention, out.cross_attentions[:, i, :, :s].copy()]
-            return hyp
+    def _attention_rows(self, out: StepOutput, r: int) -> tuple[np.ndarray, np.ndarray]:
+        """This step's self- and cross-attention rows of row r (computed from its own hypothesis)."""
+        assert out.self_attentions is not None and out.cross_attentions is not None, "no attention outputs"
+        source = len(self.jobs[int(self.rows.job[r])].request.src)
+        start = int(self.rows.start[r])
+        return out.self_attentions[:, r, :, start:].copy(), out.cross_attentions[:, r, :, :source].copy()
 
-        if req.forced is not None or req.beam_size == 1:
-            i = idx[0]
-            token = req.forced[t - 1] if req.forced is not None else int(scores.logits[i].argmax())
-            hyp = child(i, token)
-            limit = len(req.forced) if req.forced is not None else req.max_length
-            if token == eos or t >= limit:
-                job.finished.append(hyp)
-                return None
-            return [(i, _Row(job, hyp, start))]
-
-        # Beam search: the best 2k continuations of the k live hypotheses; </s> ones finish.
-        k = req.beam_size
-        hyp_scores = np.array([rows[i].hyp.score if rows[i].alive else -np.inf for i in idx])
-        children: list[tuple[int, _Row]] = []
-        for rank, (parent, token) in enumerate(scores.beam_top(idx, hyp_scores, 2 * k)):
-            if token == eos:
-                if rank < k:
-                    job.finished.append(child(parent, token))
-                continue
-            children.append((parent, _Row(job, child(parent, token), start)))
-            if len(children) == k:
-                break
-        if len(job.finished) >= k or t >= req.max_length or not children:
-            if t >= req.max_length:
-                job.finished.extend(row.hyp for _, row in children)
-            return None
-        return children
+    def _attend(self, new: _Rows, parent: np.ndarray, ix: np.ndarray, out: StepOutput) -> None:
+        """Append this step's attention rows (of each row's parent) to the rows that collect attention."""
+        for i in ix.tolist():
+            if (attention := new.attention[i]) is not None:
+                self_row, cross_row = self._attention_rows(out, int(parent[i]))
+                new.attention[i] = ([*attention[0], self_row], [*attention[1], cross_row])
 
     def _result(self, job: _Job) -> DecodeResult:
         lp = job.request.length_penalty
@@ -327,8 +468,8 @@ class BatchDecoder:
 
     def _tidy(self) -> None:
         """After rows left: compact when holes are a quarter of the batch, then trim what no row needs."""
-        live = [i for i, r in enumerate(self.rows) if r is not None]
-        if not live:
+        live = np.flatnonzero(self.rows.job >= 0)
+        if not len(live):
             self.reset()
             return
         if (len(self.rows) - len(live)) * 4 >= len(self.rows):
@@ -337,37 +478,33 @@ class BatchDecoder:
 
     def _compact(self) -> None:
         """Copy the live rows out: no holes left."""
-        keep = [i for i, r in enumerate(self.rows) if r is not None]
-        if len(keep) == len(self.rows):
+        ix = np.flatnonzero(self.rows.job >= 0)
+        if len(ix) == len(self.rows):
             return
-        ix = np.array(keep, dtype=np.int64)
-        self.past_keys, self.past_values = self._take_rows(keep)
+        self.past_keys, self.past_values = self._take_rows(ix)
         self.self_mask = self.self_mask[ix]
         self.cross_keys = [self.tensors.take(k, ix) for k in self.cross_keys]
         self.cross_values = [self.tensors.take(v, ix) for v in self.cross_values]
         self.encoder_mask = self.encoder_mask[ix]
-        self.rows = [self.rows[i] for i in keep]
+        self.rows = self.rows.take(ix)
 
-    def _take_rows(self, keep: list[int]) -> tuple[list[Cache], list[Cache]]:
-        ix = np.array(keep, dtype=np.int64)
+    def _take_rows(self, ix: np.ndarray) -> tuple[list[Cache], list[Cache]]:
         take = self.tensors.take
         return [take(k, ix) for k in self.past_keys], [take(v, ix) for v in self.past_values]
 
     def _trim(self) -> None:
         """Drop cache slots no live row owns any more, and source columns no live row needs (only when it is worth
         a copy). A hole keeps at least one source column and gets a fresh self-attention slot every step."""
-        rows = [i for i, r in enumerate(self.rows) if r is not None]
-        live = [r for r in self.rows if r is not None]
+        live = np.flatnonzero(self.rows.job >= 0)
         T = self.self_mask.shape[1]
-        first = min(r.start for r in live)
+        first = int(self.rows.start[live].min())
         narrow = self.tensors.narrow
         if first > 0 and first * 4 >= T:
             self.past_keys = [narrow(k, 2, first, T) for k in self.past_keys]
             self.past_values = [narrow(v, 2, first, T) for v in self.past_values]
             self.self_mask = np.ascontiguousarray(self.self_mask[:, first:])
-            for r in live:
-                r.start -= first
-        S = int(self.encoder_mask[rows].sum(axis=1).max())
+            self.rows.start = np.maximum(self.rows.start - first, 0)
+        S = int(self.encoder_mask[live].sum(axis=1).max())
         if self.encoder_mask.shape[1] * 3 >= S * 4:
             self.cross_keys = [narrow(k, 2, 0, S) for k in self.cross_keys]
             self.cross_values = [narrow(v, 2, 0, S) for v in self.cross_values]

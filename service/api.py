@@ -63,7 +63,7 @@ class State:
         raise InputError(f"no model translates {source}→{target}; this server serves {pairs} (GET /languages)", 400)
 
 
-def get_state(request: Request) -> State:
+async def get_state(request: Request) -> State:  # async: FastAPI would run a plain function in a thread
     state: State = request.app.state.attnserve
     return state
 
@@ -167,8 +167,10 @@ async def submit(request: Request, engine: Engine, decode_requests: list[Any], e
     work = asyncio.ensure_future(engine.submit(decode_requests, exact))
 
     async def gone() -> None:
-        while not await request.is_disconnected():
+        while True:  # most answers come first: look only after a while
             await asyncio.sleep(0.25)
+            if await request.is_disconnected():
+                return
 
     watch = asyncio.ensure_future(gone())
     try:

@@ -15,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from service import api
 from service.engine import Engine, InputError, warm_up
@@ -171,7 +172,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return error(504, f"{e}; try a shorter text or retry later")
 
     @app.exception_handler(api.ClientGone)
-    async def gone(request: Request, e: api.ClientGone) -> JSONResponse:
+    @app.exception_handler(ClientDisconnect)  # gone while its body was still coming
+    async def gone(request: Request, e: Exception) -> JSONResponse:
         return error(499, "the client closed the connection")
 
     @app.exception_handler(RequestValidationError)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 
 import httpx
@@ -129,4 +130,24 @@ def test_a_caller_that_went_away_frees_its_rows(make_server: ServerFactory) -> N
             break
         time.sleep(0.05)
     assert active() == 0
+    still_serving(server)
+
+
+def test_a_caller_gone_while_sending_its_body_is_no_server_error(make_server: ServerFactory) -> None:
+    server = make_server()
+    with socket.create_connection(("127.0.0.1", server.port)) as s:  # 6 of the 100 body bytes it announced
+        s.sendall(b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n")
+        s.sendall(b'Content-Length: 100\r\n\r\n{"q": ')
+
+    def statuses() -> set[str]:
+        with server.client() as c:
+            lines = c.get("/metrics").text.splitlines()
+        mine = [ln for ln in lines if ln.startswith('attnserve_requests_total{endpoint="translate"')]
+        return {ln.split('status="')[1][:3] for ln in mine}
+
+    for _ in range(100):
+        if statuses():
+            break
+        time.sleep(0.05)
+    assert statuses() == {"499"}
     still_serving(server)

@@ -92,9 +92,11 @@ class HostTensors:
     def pad(self, x: np.ndarray, axis: int, n: int) -> np.ndarray:
         if n == 0:
             return x
-        width = [(0, 0)] * x.ndim
-        width[axis] = (0, n)
-        return np.pad(x, width)
+        shape = list(x.shape)
+        shape[axis] += n
+        out = np.zeros(shape, x.dtype)  # np.pad costs tens of microseconds more per call
+        out[tuple(slice(0, size) for size in x.shape)] = x
+        return out
 
     def narrow(self, x: np.ndarray, axis: int, start: int, stop: int) -> np.ndarray:
         index = [slice(None)] * x.ndim

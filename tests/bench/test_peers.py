@@ -5,6 +5,7 @@ CTranslate2 comes with the ``dev`` extra; outside CI the test skips without it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import os
@@ -95,3 +96,17 @@ def test_poisson_plan_is_deterministic_and_near_its_rate() -> None:
     assert plan == peers.poisson_plan(50, 10, lambda rng: ("all", {"q": "x"}), seed=3)
     assert 400 < len(plan) < 600
     assert all(0 <= a.at < 10 for a in plan)
+
+
+def test_open_loop_plan_against_the_server(tiny_bundle: Path) -> None:
+    from common import attnserve_server
+
+    bundle = load_bundle(tiny_bundle)
+    pair = {"source": bundle.source_lang, "target": bundle.target_lang, "max_length": 4}
+    plan = peers.poisson_plan(40, 0.5, lambda rng: ("all", {"q": rng.choice(SENTENCES), **pair}), seed=1)
+    plan.append(peers.Arrival(0.1, "all", {"q": "x", **pair, "target": "xx"}))  # no such pair: 400, a failure
+    with attnserve_server(tiny_bundle, {}) as server:
+        outcomes, elapsed = asyncio.run(peers.run_plan(server.url, plan, timeout=30))
+    assert len(outcomes) == len(plan) and elapsed >= max(a.at for a in plan)
+    assert sum(not o.ok for o in outcomes) == 1
+    assert all(0 <= o.latency < 30 for o in outcomes)

@@ -17,27 +17,33 @@ import random
 import time
 from pathlib import Path
 
-import httpx
 import numpy as np
 from common import CORPUS, ROOT, attnserve_server, texts, write_section
 
 
 async def closed_loop(url: str, sentences: list[str], clients: int, seconds: float) -> dict[str, float]:
+    """``clients`` loops that each send a text and wait for its answer; aiohttp, the lighter client on the same
+    cores (bench/peers.py's run_plan says why)."""
+    import aiohttp
+
     latencies: list[float] = []
     stop = time.monotonic() + seconds
     rng = random.Random(1)
 
-    async def client(c: httpx.AsyncClient) -> None:
+    async def client(session: aiohttp.ClientSession) -> None:
         while time.monotonic() < stop:
             body = {"q": rng.choice(sentences), "source": "en", "target": "ja"}
             t0 = time.perf_counter()
-            r = await c.post("/translate", json=body)
-            r.raise_for_status()
+            async with session.post("/translate", json=body) as r:
+                await r.read()
+                r.raise_for_status()
             latencies.append(time.perf_counter() - t0)
 
     t0 = time.monotonic()
-    async with httpx.AsyncClient(base_url=url, timeout=120, limits=httpx.Limits(max_connections=clients)) as c:
-        await asyncio.gather(*(client(c) for _ in range(clients)))
+    timeout = aiohttp.ClientTimeout(total=120)
+    connector = aiohttp.TCPConnector(limit=clients)
+    async with aiohttp.ClientSession(url, timeout=timeout, connector=connector) as session:
+        await asyncio.gather(*(client(session) for _ in range(clients)))
     elapsed = time.monotonic() - t0
     p50, p95, p99 = np.percentile(latencies, [50, 95, 99])
     return {
@@ -74,7 +80,7 @@ def main() -> None:
     body = f"""## Dynamic batching (bench/batching.py)
 
 `python bench/batching.py --bundle {os.path.relpath(args.bundle, ROOT)} --seconds {args.seconds:g}` —
-{args.clients} closed-loop clients on loopback, {len(sentences)} source texts ({source}),
+{args.clients} closed-loop clients (aiohttp) on loopback, {len(sentences)} source texts ({source}),
 greedy, one ONNX Runtime thread, on {platform.machine()} with {os.cpu_count()} cores ({platform.processor() or "cpu"}).
 
 | server | sentences/s | p50 ms | p95 ms | p99 ms | requests |

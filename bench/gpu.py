@@ -4,9 +4,9 @@
    greedy: the fraction of identical tokens, and for identical outputs the largest difference of the cross-attention
    (and encoder attention) weights, collected by ``decode(..., attention=True)``; it passes at 100 % and ≤ 1e-3.
 2. Throughput, batch sizes 1 to 256 (sorted by length), greedy and beam 4, interleaved repetitions (median):
-   attnserve's runner (float32, and float16 when the bundle has a ``float16`` variant), CTranslate2 on CUDA
-   (float32, float16, int8_float16) and transformers ``generate`` on CUDA (float32, float16), on the same weights
-   (bench/peers.py's conversions) and the same token ids.
+   attnserve's runner (float32, and float16, which ``model.export.add_float16`` adds to a copy of a bundle without
+   it), CTranslate2 on CUDA (float32, float16, int8_float16) and transformers ``generate`` on CUDA (float32,
+   float16), on the same weights (bench/peers.py's conversions) and the same token ids.
 
 On CUDA the runner binds its inputs and outputs (IOBinding): the key/value caches stay on the GPU from one step to
 the next, and only token ids, masks, logits and attention rows cross to the host. ONNX Runtime's CUDA execution
@@ -315,7 +315,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             check_text += " Differences: " + "; ".join(check.examples) + "."
         print(check_text, flush=True)
 
-        prepared = peers.prepare(args.bundle, work, int8=False)
+        prepared = peers.prepare(args.bundle, work, variants=("float16",))
         variants = load_bundle(prepared.bundle, verify=False).variants
         engines, notes = load_engines(prepared, variants, args.engines)
         rows = run_throughput(engines, sources, args.beams, args.batch_sizes, max_length, args.repeats)

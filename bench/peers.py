@@ -232,21 +232,21 @@ class Prepared:
         return cls(Path(setup["bundle"]), hf, Path(setup["ct2"]), json.loads((hf / "vocab.json").read_text()))
 
 
-def prepare(bundle_dir: Path, work: Path, int8: bool = True) -> Prepared:
+def prepare(bundle_dir: Path, work: Path, variants: Sequence[str] = ("int8",)) -> Prepared:
     """Make what the engines load, under ``work``; reused when ``work`` already holds them for this bundle.
 
     Args:
         bundle_dir: the bundle.
-        work: a directory for the int8 copy of the bundle (when it has no int8 graphs and ``int8`` is true), the
-            MarianMTModel directory and the CTranslate2 model.
-        int8: make sure the bundle used has the ``int8`` variant.
+        work: a directory for a copy of the bundle with the ``variants`` it lacks, the MarianMTModel directory and
+            the CTranslate2 model.
+        variants: graph variants the bundle used must have (``int8``, ``float16``), made in the copy if missing.
 
     Raises:
         service.bundle.BundleError: the bundle is missing or corrupted.
     """
     import ctranslate2
 
-    from model.export import add_int8
+    from model.export import add_float16, add_int8
     from model.marian import export_marian
     from service.bundle import load_bundle, sha256
 
@@ -257,11 +257,14 @@ def prepare(bundle_dir: Path, work: Path, int8: bool = True) -> Prepared:
             shutil.rmtree(work / name, ignore_errors=True)
     (work / "stamp").write_text(stamp)
     bundle = load_bundle(bundle_dir)
-    if int8 and "int8" not in bundle.variants:
+    missing = [v for v in variants if v not in bundle.variants]
+    if missing:
         copy = work / "bundle"
-        if not (copy / "manifest.json").exists():
-            shutil.copytree(bundle_dir, copy, dirs_exist_ok=True)
-            add_int8(copy)
+        if not (copy / "manifest.json").exists() or set(missing) - set(load_bundle(copy, verify=False).variants):
+            shutil.rmtree(copy, ignore_errors=True)
+            shutil.copytree(bundle_dir, copy)
+            for variant in missing:
+                {"int8": add_int8, "float16": add_float16}[variant](copy)
         bundle_dir = copy
     hf, ct2 = work / "marian", work / "ctranslate2"
     if not (hf / "config.json").exists():

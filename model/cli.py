@@ -37,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out_dir", type=Path)
     p.add_argument("--force", action="store_true", help="replace an existing bundle")
     p.add_argument("--int8", action="store_true", help="also write int8 (dynamically quantized) graphs")
+    p.add_argument("--float16", action="store_true", help="also write float16 graphs (for GPUs)")
 
     p = sub.add_parser("evaluate", help="chrF and BLEU of a bundle on the test split, and the TM baseline")
     p.add_argument("bundle", type=Path)
@@ -78,11 +79,13 @@ def main(argv: list[str]) -> int:
 
             print(average_checkpoints(args.checkpoints, args.out))
         elif args.command == "export":
-            from model.export import add_int8, export_checkpoint
+            from model.export import add_float16, add_int8, export_checkpoint
 
             bundle = export_checkpoint(args.checkpoint, args.out_dir, force=args.force)
             if args.int8:
                 add_int8(bundle)
+            if args.float16:
+                add_float16(bundle)
             print(bundle)
         elif args.command == "evaluate":
             from model.evaluate import evaluate

@@ -33,10 +33,11 @@ class Settings(BaseSettings):
         description="Intra-op threads per ONNX Runtime session (0 = ONNX Runtime's default, all cores). One thread "
         "per worker is the safe choice on small machines: spinning thread pools collapse when cores are shared.",
     )
-    graph_variant: Literal["float32", "int8"] = Field(
+    graph_variant: Literal["float32", "int8", "float16"] = Field(
         "float32",
-        description="Graphs for /translate: int8 (dynamically quantized, when the bundle has them) is faster on CPU "
-        "at a small accuracy cost (docs/BENCHMARKS.md). /attention always uses the exact float32 graphs.",
+        description="Graphs for /translate, when the bundle has them: int8 (dynamically quantized) is faster on CPU "
+        "at a small accuracy cost (docs/BENCHMARKS.md); float16 is for GPUs (on a CPU it is no faster). /attention "
+        "always uses the exact float32 graphs.",
     )
     host: str = Field("127.0.0.1", description="Listen address (0.0.0.0 in containers).")
     port: int = Field(8000, ge=1, le=65535)

@@ -10,7 +10,7 @@ import onnx
 import pytest
 import torch
 
-from model.export import add_int8, check_graphs, export_bundle, export_fast_decoder, load_state_dict
+from model.export import add_float16, add_int8, check_graphs, export_bundle, export_fast_decoder, load_state_dict
 from model.transformer import Transformer, greedy_decode
 from service.bundle import load_bundle
 from service.decoding import DecodeRequest, decode
@@ -119,3 +119,24 @@ def test_fast_decoder_fuses_attention_and_matches_pytorch(tmp_path: Path) -> Non
         "logits",
         *(f"present_{k}.{l}" for k in ("keys", "values") for l in (0, 1)),
     ]
+
+
+def test_float16_variant(spm: Path, tmp_path: Path) -> None:
+    model = tiny_model(365)
+    kwargs = dict(name="x", source_lang="en", target_lang="ja", tokenizer={"source": spm, "target": spm})
+    bundle_dir = export_bundle(model, tmp_path / "b", **kwargs)  # type: ignore[arg-type]
+    add_float16(bundle_dir)  # checked against PyTorch within FLOAT16_TOLERANCE
+    bundle = load_bundle(bundle_dir)  # checks every file's sha256, the float16 graphs' included
+    assert bundle.variants == ["float32", "float16"]
+    graph = onnx.load(str(bundle.graph("decoder", "float16"))).graph
+    assert onnx.TensorProto.FLOAT16 in {i.data_type for i in graph.initializer}
+    assert all(o.type.tensor_type.elem_type != onnx.TensorProto.FLOAT16 for o in graph.output)  # float32 outside
+    src = bundle.tokenizer.encode_source("Open file")
+    request = DecodeRequest(src=src, max_length=6, attention=True)
+    exact = decode(Runner(bundle, "cpu"), [request])[0].hypotheses[0]
+    half = Runner(bundle, "cpu", variant="float16")
+    assert half.attention  # the exact graphs, converted: attention outputs included
+    approx = decode(half, [request])[0].hypotheses[0]
+    assert approx.tokens == exact.tokens
+    np.testing.assert_allclose(approx.token_scores, exact.token_scores, atol=0.05)
+    np.testing.assert_allclose(np.stack(approx.cross_attention), np.stack(exact.cross_attention), atol=0.02)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 import numpy as np
 import pytest
 
-from service.decoding import _Scores, beam_top
+from service.bundle import ModelSpec
+from service.decoding import BatchDecoder, DecodeRequest, DecodeResult, _Scores, beam_top
+from service.runner import EncoderOutput, HostTensors, StepOutput
 
 
 def brute_force(logits: np.ndarray, rows: list[int], scores: np.ndarray, n: int) -> list[tuple[int, int]]:
@@ -44,3 +48,103 @@ def test_no_live_row_gives_no_candidates() -> None:
     s = _Scores(np.zeros((2, 5), np.float32))
     j, r, v, value = beam_top(s, np.array([[0, 1]]), np.array([[-np.inf, -np.inf]]), 4)
     assert len(j) == len(r) == len(v) == len(value) == 0
+
+
+# BatchDecoder against a plain beam search, on a fake model whose next-token distribution depends on the whole
+# prefix as the row's own cache holds it: a cache row moved to the wrong place, or a neighbour's slot read, changes
+# the answer. Few tokens are possible after each prefix, so some beams get fewer than k continuations.
+
+V, PAD, EOS = 12, 11, 0
+SPEC = ModelSpec(
+    vocab_size=V, d_model=4, h=2, n_encoder_layers=1, n_decoder_layers=1, max_positions=64,
+    pad_id=PAD, eos_id=EOS, unk_id=1, decoder_start_id=PAD,
+)  # fmt: skip
+TABLE = np.random.default_rng(5).standard_normal((101, V)).astype(np.float32) * 2
+TABLE[np.random.default_rng(6).random((101, V)) < 0.6] = -np.inf  # most tokens impossible after a prefix
+TABLE[:, PAD] = -np.inf
+TABLE[:, 2] = np.maximum(TABLE[:, 2], -3)  # one always possible
+
+
+def next_log_probs(seed: int, prefix: list[int]) -> np.ndarray:
+    h = (seed * 31 + sum((i + 1) * 7 * t for i, t in enumerate(prefix)) + 3 * len(prefix)) % 101
+    row = TABLE[h]
+    return row - (row.max() + np.log(np.exp(row - row.max()).sum()))
+
+
+class PrefixModel:
+    """Caches keep each fed token (and its position); a row's next token depends on its source and its prefix."""
+
+    spec = SPEC
+    tensors = HostTensors()
+
+    def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> EncoderOutput:
+        B, S = input_ids.shape
+        cross = np.zeros((B, 2, S, 2), np.float32)
+        cross[:, 0, 0, 0] = input_ids[:, 0]
+        return EncoderOutput(np.zeros((1, B, 2, S, S), np.float32), [cross], [cross.copy()])
+
+    def step(
+        self, input_ids, position_ids, encoder_mask, self_mask, cross_keys, cross_values, past_keys, past_values
+    ) -> StepOutput:
+        B = len(input_ids)
+        new = np.zeros((B, 2, 1, 2), np.float32)
+        new[:, 0, 0, 0], new[:, 0, 0, 1] = input_ids[:, 0], position_ids[:, 0]
+        keys = np.concatenate([past_keys[0], new], axis=2)
+        out = np.zeros((B, V), np.float32)
+        for b in range(B):
+            owned = keys[b, 0, self_mask[b] == 1]  # (t + 1, 2): start token, then the prefix, in position order
+            prefix = [int(t) for t in owned[np.argsort(owned[:, 1]), 0][1:]]
+            out[b] = next_log_probs(int(cross_keys[0][b, 0, 0, 0]), prefix)
+        T = keys.shape[2]
+        return StepOutput(out, [keys], [keys.copy()], np.zeros((1, B, 2, T), np.float32), None)
+
+
+def reference(seed: int, k: int, max_length: int, lp: float) -> list[tuple[list[int], float]]:
+    """Beam search as docs/ARCHITECTURE.md says, one request alone, in plain Python."""
+    live: list[tuple[list[int], float]] = [([], 0.0)]
+    finished: list[tuple[list[int], float]] = []
+    for t in range(1, max_length + 1):
+        scored = [(s + float(p[v]), i, v) for i, (tokens, s) in enumerate(live)
+                  for p in [next_log_probs(seed, tokens)] for v in range(V)]  # fmt: skip
+        ranked = sorted((c for c in scored if np.isfinite(c[0])), key=lambda c: (-c[0], c[1], c[2]))[: 2 * k]
+        children = []
+        for rank, (s, i, v) in enumerate(ranked):
+            if v == EOS:
+                if rank < k:
+                    finished.append(([*live[i][0], v], s))
+                continue
+            children.append(([*live[i][0], v], s))
+            if len(children) == k:
+                break
+        if len(finished) >= k or t >= max_length or not children:
+            if t >= max_length:
+                finished.extend(children)
+            break
+        live = children
+    return sorted(finished, key=lambda h: -h[1] / len(h[0]) ** lp)
+
+
+def test_batched_beams_equal_plain_beam_search() -> None:
+    rng = np.random.default_rng(0)
+    requests = [
+        DecodeRequest(src=[int(rng.integers(2, 10)), EOS], beam_size=int(k), max_length=int(n), n_best=int(k),
+                      length_penalty=float(lp))
+        for k, n, lp in zip(rng.choice([1, 2, 3, 4, 5], 24), rng.integers(1, 12, 24), rng.choice([0.6, 1.0], 24),
+                            strict=True)
+    ]  # fmt: skip
+    decoder = BatchDecoder(PrefixModel())  # type: ignore[arg-type]
+    decoder.admit(list(enumerate(requests[:6])))
+    pending = list(enumerate(requests))[6:]
+    results: dict[Hashable, DecodeResult] = {}
+    while decoder.num_rows:
+        done, _ = decoder.step()
+        results.update(done)
+        for _ in done[:2]:  # newcomers take the holes, or join at the end
+            if pending:
+                decoder.admit([pending.pop(0)])
+    assert len(results) == len(requests)
+    for i, r in enumerate(requests):
+        want = reference(r.src[0], r.beam_size, r.max_length, r.length_penalty)[: r.n_best]
+        got = results[i].hypotheses
+        assert [h.tokens for h in got] == [w[0] for w in want], f"request {i} ({r})"
+        assert [h.score for h in got] == pytest.approx([w[1] for w in want], abs=1e-5)

@@ -345,16 +345,7 @@ class BatchDecoder:
         last = np.where(started, rows.tokens[everyone, np.maximum(rows.length - 1, 0)], spec.decoder_start_id)
         self_mask = np.concatenate([self.self_mask, np.ones((N, 1), np.int64)], axis=1)
         t0 = time.perf_counter()
-        out = self.runner.step(
-            last[:, None],
-            np.where(live, rows.length, 0)[:, None],
-            self.encoder_mask,
-            self_mask,
-            self.cross_keys,
-            self.cross_values,
-            self.past_keys,
-            self.past_values,
-        )
+        out = self._decoder_step(last[:, None], np.where(live, rows.length, 0)[:, None], self_mask)
         seconds = time.perf_counter() - t0
         self.past_keys, self.past_values, self.self_mask = out.present_keys, out.present_values, self_mask
         logits = out.logits.astype(np.float32, copy=False)  # float16 graphs would give float16
@@ -401,6 +392,41 @@ class BatchDecoder:
         results = [(self.jobs[number].key, self._result(self.jobs.pop(number))) for number in done]
         self._tidy()
         return results, seconds
+
+    def _decoder_step(self, ids: np.ndarray, positions: np.ndarray, self_mask: np.ndarray) -> StepOutput:
+        """The decoder on every row; on a batch with no cache yet, only on the rows that hold a hypothesis (a beam
+        request's other rows start empty): beam k computes one row a request in its first step, not k."""
+        rows, tensors = self.rows, self.tensors
+        if self.self_mask.shape[1] or rows.alive.all():
+            caches = (self.cross_keys, self.cross_values, self.past_keys, self.past_values)
+            return self.runner.step(ids, positions, self.encoder_mask, self_mask, *caches)
+        run = np.flatnonzero(rows.alive)
+        cross_keys, cross_values, past_keys, past_values = (
+            [tensors.take(c, run) for c in caches]
+            for caches in (self.cross_keys, self.cross_values, self.past_keys, self.past_values)
+        )
+        out = self.runner.step(
+            ids[run], positions[run], self.encoder_mask[run], self_mask[run], cross_keys, cross_values, past_keys,
+            past_values,
+        )  # fmt: skip
+        N = len(rows)
+
+        def spread(x: np.ndarray | Cache, axis: int = 0) -> np.ndarray | Cache:
+            """Rows ``run`` of N; the others zeros."""
+            if not isinstance(x, np.ndarray):  # a device cache
+                shape = tensors.shape(x)
+                return tensors.put(tensors.pad(tensors.empty((0, *shape[1:])), 0, N), run, x)
+            full = np.zeros((*x.shape[:axis], N, *x.shape[axis + 1 :]), x.dtype)
+            full[(slice(None),) * axis + (run,)] = x
+            return full
+
+        attention = [None if a is None else spread(a, axis=1) for a in (out.self_attentions, out.cross_attentions)]
+        return StepOutput(
+            spread(out.logits),  # an empty row is no hypothesis: its (finite) logits are never ranked
+            [spread(k) for k in out.present_keys],
+            [spread(v) for v in out.present_values],
+            *attention,
+        )
 
     def _beam(
         self,

@@ -77,6 +77,9 @@ class PrefixModel:
     spec = SPEC
     tensors = HostTensors()
 
+    def __init__(self) -> None:
+        self.step_rows: list[int] = []
+
     def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> EncoderOutput:
         B, S = input_ids.shape
         cross = np.zeros((B, 2, S, 2), np.float32)
@@ -87,6 +90,7 @@ class PrefixModel:
         self, input_ids, position_ids, encoder_mask, self_mask, cross_keys, cross_values, past_keys, past_values
     ) -> StepOutput:
         B = len(input_ids)
+        self.step_rows.append(B)
         new = np.zeros((B, 2, 1, 2), np.float32)
         new[:, 0, 0, 0], new[:, 0, 0, 1] = input_ids[:, 0], position_ids[:, 0]
         keys = np.concatenate([past_keys[0], new], axis=2)
@@ -132,8 +136,10 @@ def test_batched_beams_equal_plain_beam_search() -> None:
         for k, n, lp in zip(rng.choice([1, 2, 3, 4, 5], 24), rng.integers(1, 12, 24), rng.choice([0.6, 1.0], 24),
                             strict=True)
     ]  # fmt: skip
-    decoder = BatchDecoder(PrefixModel())  # type: ignore[arg-type]
+    model = PrefixModel()
+    decoder = BatchDecoder(model)  # type: ignore[arg-type]
     decoder.admit(list(enumerate(requests[:6])))
+    assert decoder.num_rows == sum(r.beam_size for r in requests[:6]) > 6
     pending = list(enumerate(requests))[6:]
     results: dict[Hashable, DecodeResult] = {}
     while decoder.num_rows:
@@ -143,6 +149,7 @@ def test_batched_beams_equal_plain_beam_search() -> None:
             if pending:
                 decoder.admit([pending.pop(0)])
     assert len(results) == len(requests)
+    assert model.step_rows[0] == 6  # the first step decodes one row a request: the other beams are still empty
     for i, r in enumerate(requests):
         want = reference(r.src[0], r.beam_size, r.max_length, r.length_penalty)[: r.n_best]
         got = results[i].hypotheses

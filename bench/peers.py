@@ -246,7 +246,7 @@ def prepare(bundle_dir: Path, work: Path, variants: Sequence[str] = ("int8",)) -
     """
     import ctranslate2
 
-    from model.export import add_float16, add_int8
+    from model.export import ADD_VARIANT
     from model.marian import export_marian
     from service.bundle import load_bundle, sha256
 
@@ -264,7 +264,7 @@ def prepare(bundle_dir: Path, work: Path, variants: Sequence[str] = ("int8",)) -
             shutil.rmtree(copy, ignore_errors=True)
             shutil.copytree(bundle_dir, copy)
             for variant in missing:
-                {"int8": add_int8, "float16": add_float16}[variant](copy)
+                ADD_VARIANT[variant](copy)
         bundle_dir = copy
     hf, ct2 = work / "marian", work / "ctranslate2"
     if not (hf / "config.json").exists():

@@ -444,6 +444,14 @@ def load_state_dict(bundle_dir: Path) -> tuple[TransformerConfig, dict[str, Tens
     return config, state
 
 
+def load_model(bundle_dir: Path) -> Transformer:
+    """The bundle's PyTorch model, rebuilt from its float32 graphs (:func:`load_state_dict`)."""
+    config, state = load_state_dict(bundle_dir)
+    model = Transformer(config)
+    model.load_state_dict(state)
+    return model
+
+
 def write_manifest(bundle_dir: Path, manifest: dict[str, Any]) -> None:
     """Write manifest.json with the sha256 of every other file in the bundle."""
     files = sorted(p for p in bundle_dir.iterdir() if p.is_file() and p.name != "manifest.json")
@@ -535,9 +543,7 @@ def add_int8(bundle_dir: Path) -> None:
     from onnxruntime.quantization import QuantType, quant_pre_process, quantize_dynamic
 
     manifest = json.loads((bundle_dir / "manifest.json").read_text())
-    config, state = load_state_dict(bundle_dir)
-    model = Transformer(config)
-    model.load_state_dict(state)
+    model = load_model(bundle_dir)
     variant = {}
     with tempfile.TemporaryDirectory() as tmp:
         fast = Path(tmp) / "decoder.fast.onnx"
@@ -564,9 +570,7 @@ def add_float16(bundle_dir: Path) -> None:
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
     manifest = json.loads((bundle_dir / "manifest.json").read_text())
-    config, state = load_state_dict(bundle_dir)
-    model = Transformer(config)
-    model.load_state_dict(state)
+    model = load_model(bundle_dir)
     variant = {role: f"{role}.float16.onnx" for role in ("encoder", "decoder")}
     for role, name in variant.items():
         graph = onnx.load(str(bundle_dir / manifest["graphs"][role]))
@@ -577,6 +581,9 @@ def add_float16(bundle_dir: Path) -> None:
     log.info("float16 graphs match PyTorch within %.2g", worst)
     manifest["graphs"]["float16"] = variant
     write_manifest(bundle_dir, manifest)
+
+
+ADD_VARIANT = {"int8": add_int8, "float16": add_float16}  # variant name -> what adds it to a bundle
 
 
 def export_checkpoint(checkpoint: Path, out_dir: Path, force: bool = False) -> Path:

@@ -255,9 +255,8 @@ class BatchDecoder:
         enc = self.runner.encode(ids, mask)
         seconds = time.perf_counter() - t0
 
-        forced = [r.forced is not None for _, r in requests]
-        beams = np.array([1 if f else r.beam_size for f, (_, r) in zip(forced, requests, strict=True)])
-        rows_of = np.repeat(np.arange(len(requests)), beams)  # new row -> request index
+        width = np.array([0 if r.forced is not None else r.beam_size for _, r in requests])  # as _Rows.width
+        rows_of = np.repeat(np.arange(len(requests)), np.maximum(width, 1))  # new row -> request index
         n, T = len(rows_of), self.self_mask.shape[1]
         holes = np.flatnonzero(self.rows.job < 0)
         if len(holes) >= n and S_new <= self.encoder_mask.shape[1]:
@@ -269,7 +268,6 @@ class BatchDecoder:
             s = len(r.src)
             self.jobs[int(numbers[i])] = _Job(key, r, enc.attentions[:, i, :, :s, :s].copy() if r.attention else None)
         ix, rows = np.array(slots, np.int64), self.rows
-        width = np.array([0 if f else r.beam_size for f, (_, r) in zip(forced, requests, strict=True)])
         limit = np.array([len(r.forced) if r.forced is not None else r.max_length for _, r in requests])
         rows.job[ix], rows.width[ix], rows.limit[ix] = numbers[rows_of], width[rows_of], limit[rows_of]
         rows.start[ix], rows.length[ix], rows.score[ix] = T, 0, 0.0

@@ -9,7 +9,8 @@ import pytest
 
 from service.bundle import ModelSpec
 from service.decoding import BatchDecoder, DecodeRequest, DecodeResult, _Scores, beam_top
-from service.runner import EncoderOutput, HostTensors, StepOutput
+from service.runner import StepOutput
+from tests.service.fake_runner import FakeRunner
 
 
 def brute_force(logits: np.ndarray, rows: list[int], scores: np.ndarray, n: int) -> list[tuple[int, int]]:
@@ -71,20 +72,10 @@ def next_log_probs(seed: int, prefix: list[int]) -> np.ndarray:
     return row - (row.max() + np.log(np.exp(row - row.max()).sum()))
 
 
-class PrefixModel:
+class PrefixModel(FakeRunner):
     """Caches keep each fed token (and its position); a row's next token depends on its source and its prefix."""
 
     spec = SPEC
-    tensors = HostTensors()
-
-    def __init__(self) -> None:
-        self.step_rows: list[int] = []
-
-    def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> EncoderOutput:
-        B, S = input_ids.shape
-        cross = np.zeros((B, 2, S, 2), np.float32)
-        cross[:, 0, 0, 0] = input_ids[:, 0]
-        return EncoderOutput(np.zeros((1, B, 2, S, S), np.float32), [cross], [cross.copy()])
 
     def step(
         self, input_ids, position_ids, encoder_mask, self_mask, cross_keys, cross_values, past_keys, past_values

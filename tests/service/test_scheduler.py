@@ -9,8 +9,9 @@ import pytest
 
 from service.bundle import ModelSpec
 from service.decoding import BatchDecoder, DecodeRequest
-from service.runner import EncoderOutput, HostTensors, StepOutput
+from service.runner import StepOutput
 from service.scheduler import DeadlineExceeded, QueueFull, Scheduler, StepStats
+from tests.service.fake_runner import FakeRunner
 
 SPEC = ModelSpec(
     vocab_size=16, d_model=4, h=2, n_encoder_layers=1, n_decoder_layers=1, max_positions=64,
@@ -18,22 +19,10 @@ SPEC = ModelSpec(
 )  # fmt: skip
 
 
-class FakeRunner:
+class CountingRunner(FakeRunner):
     """Sequence i emits tokens src[0]+1, src[0]+2, ... and </s> after len(src) tokens."""
 
     spec = SPEC
-    tensors = HostTensors()
-
-    def __init__(self) -> None:
-        self.step_rows: list[int] = []
-
-    def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> EncoderOutput:
-        B, S = input_ids.shape
-        lengths = attention_mask.sum(1)
-        keys = np.zeros((B, 2, S, 2), np.float32)
-        keys[:, 0, 0, 0] = input_ids[:, 0]  # remember the first token and the length in the cross keys
-        keys[:, 0, 0, 1] = lengths
-        return EncoderOutput(np.zeros((1, B, 2, S, S), np.float32), [keys], [keys.copy()])
 
     def step(
         self,
@@ -77,7 +66,7 @@ async def run(scheduler: Scheduler, requests: list[DecodeRequest], timeout: floa
 
 
 def test_continuous_batching_answers_each_caller() -> None:
-    runner = FakeRunner()
+    runner = CountingRunner()
     stats: list[StepStats] = []
     scheduler = Scheduler(BatchDecoder(runner), max_batch_size=4, max_wait_ms=1, on_step=stats.append)  # type: ignore[arg-type]
     srcs = [[i + 2] + [3] * (i % 7) + [0] for i in range(20)]
@@ -90,7 +79,7 @@ def test_continuous_batching_answers_each_caller() -> None:
 
 
 def test_token_budget_limits_the_batch() -> None:
-    runner = FakeRunner()
+    runner = CountingRunner()
     scheduler = Scheduler(BatchDecoder(runner), max_batch_size=32, max_batch_tokens=20, max_wait_ms=1)  # type: ignore[arg-type]
     srcs = [[2] + [3] * 8 + [0] for _ in range(8)]  # 10 tokens each: two rows fit
     asyncio.run(run(scheduler, [DecodeRequest(src=s, max_length=20) for s in srcs]))
@@ -98,7 +87,7 @@ def test_token_budget_limits_the_batch() -> None:
 
 
 def test_queue_full_and_deadline() -> None:
-    scheduler = Scheduler(BatchDecoder(FakeRunner()), queue_size=3)  # type: ignore[arg-type]
+    scheduler = Scheduler(BatchDecoder(CountingRunner()), queue_size=3)  # type: ignore[arg-type]
 
     async def go() -> list:
         await scheduler.start()
@@ -117,7 +106,7 @@ def test_queue_full_and_deadline() -> None:
 
 
 def test_cancelled_request_frees_its_rows() -> None:
-    runner = FakeRunner()
+    runner = CountingRunner()
     scheduler = Scheduler(BatchDecoder(runner), max_wait_ms=0)  # type: ignore[arg-type]
 
     async def go() -> int:
@@ -141,7 +130,7 @@ def test_cancelled_request_frees_its_rows() -> None:
 
 
 def test_request_level_batching_admits_only_into_an_empty_batch() -> None:
-    runner = FakeRunner()
+    runner = CountingRunner()
     stats: list[StepStats] = []
     scheduler = Scheduler(BatchDecoder(runner), max_batch_size=4, max_wait_ms=1, continuous=False, on_step=stats.append)  # type: ignore[arg-type]
     srcs = [[i + 2] + [3] * (i % 7) + [0] for i in range(20)]

@@ -83,7 +83,7 @@ class Metrics:
         self.active_sequences.set_function(active_sequences)
 
     def observe_step(self, s: StepStats) -> None:
-        """Record one scheduler iteration (called on the event loop)."""
+        """Record one scheduler iteration (called on the decoding thread; prometheus_client is thread-safe)."""
         self.batch_size.observe(s.rows)
         self.batch_tokens.observe(s.batch_tokens)
         if s.admitted:

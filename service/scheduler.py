@@ -1,21 +1,21 @@
 """The batching loop: a bounded queue of texts feeds a :class:`~service.decoding.BatchDecoder`, one step at a time.
 
-Plain asyncio; it knows nothing of HTTP or ONNX. Each queued entry has its own future (reply channel) and deadline.
+It knows nothing of HTTP or ONNX. Each queued entry has its own asyncio future (reply channel) and deadline.
 Between two decoding steps, finished texts leave and waiting ones join (iteration-level batching) as long as the
-batch stays within ``max_batch_size`` rows and ``max_batch_tokens`` padded source tokens. Decoding runs on one
-worker thread, so the event loop keeps serving. The loop reports plain :class:`StepStats`; service/metrics.py turns
-them into Prometheus metrics.
+batch stays within ``max_batch_size`` rows and ``max_batch_tokens`` padded source tokens. The loop runs on a thread
+of its own, so the event loop keeps serving and a step never waits for the event loop. The loop reports plain
+:class:`StepStats`; service/metrics.py turns them into Prometheus metrics.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
+import threading
+import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -55,16 +55,27 @@ class _Entry:
     key: int
     request: DecodeRequest
     future: asyncio.Future[DecodeResult]
-    deadline: float  # loop.time()
+    deadline: float  # time.monotonic()
     enqueued: float
+    failed: bool = False  # the decoding thread has failed it (the future learns it on the event loop)
 
     @property
     def rows(self) -> int:
         return 1 if self.request.forced is not None else self.request.beam_size
 
+    @property
+    def gone(self) -> bool:
+        """Answered, failed, or cancelled by its caller: nothing more to decode for it."""
+        return self.failed or self.future.done()
+
 
 class Scheduler:
-    """Owns one bundle's decoder. Start with :meth:`start`, stop with :meth:`stop`, submit with :meth:`submit`."""
+    """Owns one bundle's decoder. Start with :meth:`start`, stop with :meth:`stop`, submit with :meth:`submit_many`.
+
+    The event loop only queues texts and receives answers; the batching loop runs on its own thread, so a step
+    never waits for the event loop to schedule it (under load the loop is busy with HTTP). Every future is set on
+    the event loop (``call_soon_threadsafe``); ``on_step`` is called on the decoding thread.
+    """
 
     def __init__(
         self,
@@ -84,12 +95,13 @@ class Scheduler:
         self.queue_size = queue_size
         self.continuous = continuous
         self.on_step = on_step or (lambda _: None)
-        self._queue: deque[_Entry] = deque()
-        self._active: dict[int, _Entry] = {}
+        self._queue: deque[_Entry] = deque()  # appended on the event loop, taken by the decoding thread
+        self._active: dict[int, _Entry] = {}  # the decoding thread's
         self._ids = itertools.count()
-        self._wakeup = asyncio.Event()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnserve-decode")
-        self._task: asyncio.Task[None] | None = None
+        self._wakeup = threading.Event()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._step_seconds = 0.05  # running mean, for Retry-After
 
     @property
@@ -101,20 +113,20 @@ class Scheduler:
         return self.decoder.num_rows
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="attnserve-scheduler")
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.Thread(target=self._run, name="attnserve-decode", daemon=True)
+        self._thread.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        self._stopping = True
+        self._wakeup.set()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join)
         for entry in [*self._queue, *self._active.values()]:
-            if not entry.future.done():
-                entry.future.set_exception(DeadlineExceeded("the server is shutting down"))
-        self._executor.shutdown(wait=True)
+            _fail(entry.future, DeadlineExceeded("the server is shutting down"))
 
     def submit_many(self, requests: list[DecodeRequest], timeout: float) -> list[asyncio.Future[DecodeResult]]:
-        """Queue texts all together or not at all.
+        """Queue texts all together or not at all (on the event loop).
 
         Raises:
             QueueFull: fewer than ``len(requests)`` places are free.
@@ -122,43 +134,49 @@ class Scheduler:
         if len(self._queue) + len(requests) > self.queue_size:
             raise QueueFull(self.retry_after())
         loop = asyncio.get_running_loop()
-        now = loop.time()
-        futures = []
-        for r in requests:
-            entry = _Entry(next(self._ids), r, loop.create_future(), now + timeout, now)
-            self._queue.append(entry)
-            futures.append(entry.future)
+        now = time.monotonic()
+        entries = [_Entry(next(self._ids), r, loop.create_future(), now + timeout, now) for r in requests]
+        self._queue.extend(entries)
         self._wakeup.set()
-        return futures
+        return [e.future for e in entries]
 
     def retry_after(self) -> int:
         """Seconds until the queue has drained about one batch, at least 1."""
         steps_per_text = 20
         return max(1, round(len(self._queue) / self.max_batch_size * steps_per_text * self._step_seconds))
 
-    async def _loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
+    def _run(self) -> None:
+        """The batching loop, on the decoding thread: admit, step, answer, until :meth:`stop`."""
+        while not self._stopping:
             if not self._queue and not self._active:
+                self._wakeup.wait()
                 self._wakeup.clear()
-                await self._wakeup.wait()
+                continue
             if not self._active and len(self._queue) < self.max_batch_size and self.max_wait > 0:
-                await asyncio.sleep(self.max_wait)  # let a batch form
-            self._expire(loop.time())
+                time.sleep(self.max_wait)  # let a batch form
+            self._expire(time.monotonic())
             admitted = self._take() if (self.continuous or not self._active) else []
             if not admitted and not self._active:
                 continue  # everything waiting was cancelled or expired
             try:
-                stats = await loop.run_in_executor(self._executor, self._iterate, admitted, loop.time(), loop)
+                stats = self._iterate(admitted)
             except Exception as e:  # a runner failure fails the texts it was decoding, never the loop
                 log.exception("decoding failed")
                 for entry in [*admitted, *self._active.values()]:
-                    if not entry.future.done():
-                        entry.future.set_exception(e)
+                    self._answer(entry, e)
                 self._active.clear()
                 self.decoder.reset()
                 continue
             self.on_step(stats)
+
+    def _answer(self, entry: _Entry, outcome: DecodeResult | Exception) -> None:
+        """Hand a result or an exception to the entry's caller, on the event loop."""
+        assert self._loop is not None
+        entry.failed = isinstance(outcome, Exception)
+        if isinstance(outcome, Exception):
+            self._loop.call_soon_threadsafe(_fail, entry.future, outcome)
+        else:
+            self._loop.call_soon_threadsafe(_resolve, entry.future, outcome)
 
     def _take(self) -> list[_Entry]:
         """Waiting texts that fit into the batch, oldest first; sorted by length for the encoder call."""
@@ -167,7 +185,7 @@ class Scheduler:
         taken: list[_Entry] = []
         while self._queue:
             entry = self._queue[0]
-            if entry.future.done():  # cancelled or expired while waiting
+            if entry.gone:  # cancelled or expired while waiting
                 self._queue.popleft()
                 continue
             new_rows, new_S = rows + entry.rows, max(S, len(entry.request.src))
@@ -182,17 +200,18 @@ class Scheduler:
     def _expire(self, now: float) -> None:
         """Fail texts whose deadline passed; drop rows whose caller went away."""
         for entry in list(self._queue):
-            if not entry.future.done() and now > entry.deadline:
-                entry.future.set_exception(DeadlineExceeded(f"the deadline passed after {now - entry.enqueued:.1f} s"))
+            if not entry.gone and now > entry.deadline:
+                self._answer(entry, DeadlineExceeded(f"the deadline passed after {now - entry.enqueued:.1f} s"))
         for key, entry in list(self._active.items()):
-            if not entry.future.done() and now > entry.deadline:
-                entry.future.set_exception(DeadlineExceeded(f"the deadline passed after {now - entry.enqueued:.1f} s"))
-            if entry.future.done():
+            if not entry.gone and now > entry.deadline:
+                self._answer(entry, DeadlineExceeded(f"the deadline passed after {now - entry.enqueued:.1f} s"))
+            if entry.gone:
                 self.decoder.cancel(key)
                 del self._active[key]
 
-    def _iterate(self, admitted: list[_Entry], now: float, loop: asyncio.AbstractEventLoop) -> StepStats:
-        """Runs on the worker thread: admit, one step, hand finished results back to the loop."""
+    def _iterate(self, admitted: list[_Entry]) -> StepStats:
+        """Admit, one step, hand finished results back to the event loop."""
+        now = time.monotonic()
         encode_seconds = self.decoder.admit([(e.key, e.request) for e in admitted])
         for e in admitted:
             self._active[e.key] = e
@@ -200,8 +219,7 @@ class Scheduler:
         batch_tokens = rows * self.decoder.encoder_mask.shape[1]
         done, decode_seconds = self.decoder.step()
         for key, result in done:
-            entry = self._active.pop(cast(int, key))
-            loop.call_soon_threadsafe(_resolve, entry.future, result)
+            self._answer(self._active.pop(cast(int, key)), result)
         self._step_seconds = 0.9 * self._step_seconds + 0.1 * (encode_seconds + decode_seconds)
         return StepStats(
             rows=rows,
@@ -218,3 +236,8 @@ class Scheduler:
 def _resolve(future: asyncio.Future[DecodeResult], result: DecodeResult) -> None:
     if not future.done():
         future.set_result(result)
+
+
+def _fail(future: asyncio.Future[DecodeResult], e: Exception) -> None:
+    if not future.done():
+        future.set_exception(e)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -114,6 +114,14 @@ class _Rows:
             setattr(self, name, np.concatenate([getattr(self, name), getattr(more, name)]))
         self.attention += more.attention
 
+    def join(self, other: _Rows) -> None:
+        """Append ``other``'s rows."""
+        self.reserve(other.tokens.shape[1])
+        other.reserve(self.tokens.shape[1])
+        for name in self.ARRAYS:
+            setattr(self, name, np.concatenate([getattr(self, name), getattr(other, name)]))
+        self.attention += other.attention
+
     def reserve(self, columns: int) -> None:
         """Room for ``columns`` tokens a row."""
         if columns > self.tokens.shape[1]:
@@ -205,19 +213,19 @@ def beam_top(scores: _Scores, rows: np.ndarray, hyp_scores: np.ndarray, n: int) 
     return j[keep], r[keep], tokens[keep], value[keep]
 
 
-class BatchDecoder:
-    """Decodes the rows of many requests together, one step at a time; knows nothing of HTTP or queues.
+class _Batch:
+    """Rows decoded by one decoder call a step, padded to one cache length T and one source length S.
 
     The rows of a finished or cancelled request become holes rather than being copied out at once: newcomers take
     their places (their cache rows written in place), and the batch is compacted only when holes are a quarter of
     it. A hole is still computed by the decoder, and ignored.
     """
 
-    def __init__(self, runner: Runner) -> None:
+    def __init__(self, runner: Runner, numbers: Iterator[int]) -> None:
         self.runner = runner
         self.spec: ModelSpec = runner.spec
         self.tensors = runner.tensors
-        self._numbers = itertools.count()
+        self._numbers = numbers  # request numbers, shared by the batches of one BatchDecoder
         self.reset()
 
     def reset(self) -> None:
@@ -241,6 +249,69 @@ class BatchDecoder:
     @property
     def keys(self) -> set[Hashable]:
         return {job.key for job in self.jobs.values()}
+
+    @property
+    def slots(self) -> int:
+        """T: the cache length."""
+        return int(self.self_mask.shape[1])
+
+    @property
+    def width(self) -> int:
+        """S: the padded source length."""
+        return int(self.encoder_mask.shape[1])
+
+    def split(self, ix: np.ndarray) -> _Batch:
+        """Move rows ``ix`` (every row of their requests) into a new batch that keeps only the cache slots and
+        source columns they use; here they become holes."""
+        other = _Batch(self.runner, self._numbers)
+        first, T = int(self.rows.start[ix].min()), self.slots
+        S = int(self.encoder_mask[ix].sum(axis=1).max())
+        take, narrow = self.tensors.take, self.tensors.narrow
+        other.past_keys = [narrow(take(k, ix), 2, first, T) for k in self.past_keys]
+        other.past_values = [narrow(take(v, ix), 2, first, T) for v in self.past_values]
+        other.cross_keys = [narrow(take(k, ix), 2, 0, S) for k in self.cross_keys]
+        other.cross_values = [narrow(take(v, ix), 2, 0, S) for v in self.cross_values]
+        other.self_mask = np.ascontiguousarray(self.self_mask[ix, first:])
+        other.encoder_mask = np.ascontiguousarray(self.encoder_mask[ix, :S])
+        other.rows = self.rows.take(ix)
+        other.rows.start -= first
+        other.jobs = {number: self.jobs.pop(number) for number in set(other.rows.job.tolist())}
+        self._leave(ix)
+        self._tidy()
+        return other
+
+    def absorb(self, other: _Batch) -> None:
+        """Take every row of ``other``, which is left empty. Caches are aligned at their ends: a row owns the last
+        slots of its cache (from its start on), so the shorter batch gains masked slots in front."""
+        self._compact()
+        other._compact()
+        T, S = max(self.slots, other.slots), max(self.width, other.width)
+        tensors = self.tensors
+
+        def align(b: _Batch) -> None:
+            front = T - b.slots
+            b.past_keys = [tensors.pad(k, 2, front, front=True) for k in b.past_keys]
+            b.past_values = [tensors.pad(v, 2, front, front=True) for v in b.past_values]
+            b.self_mask = np.pad(b.self_mask, ((0, 0), (front, 0)))
+            b.rows.start += front
+            b.cross_keys = [tensors.pad(k, 2, S - b.width) for k in b.cross_keys]
+            b.cross_values = [tensors.pad(v, 2, S - b.width) for v in b.cross_values]
+            b.encoder_mask = np.pad(b.encoder_mask, ((0, 0), (0, S - b.width)))
+
+        align(self)
+        align(other)
+        join = lambda mine, theirs: [tensors.cat(x, y) for x, y in zip(mine, theirs, strict=True)]  # noqa: E731
+        self.past_keys, self.past_values = (
+            join(self.past_keys, other.past_keys),
+            join(self.past_values, other.past_values),
+        )
+        self.cross_keys = join(self.cross_keys, other.cross_keys)
+        self.cross_values = join(self.cross_values, other.cross_values)
+        self.self_mask = np.concatenate([self.self_mask, other.self_mask])
+        self.encoder_mask = np.concatenate([self.encoder_mask, other.encoder_mask])
+        self.rows.join(other.rows)
+        self.jobs.update(other.jobs)
+        other.reset()
 
     def admit(self, requests: list[tuple[Hashable, DecodeRequest]]) -> float:
         """Encode new requests (one encoder call) and add their rows; returns the encoder seconds."""
@@ -533,6 +604,81 @@ class BatchDecoder:
             self.cross_keys = [narrow(k, 2, 0, S) for k in self.cross_keys]
             self.cross_values = [narrow(v, 2, 0, S) for v in self.cross_values]
             self.encoder_mask = np.ascontiguousarray(self.encoder_mask[:, :S])
+
+
+class BatchDecoder:
+    """Decodes the rows of many requests together, one step at a time; knows nothing of HTTP or queues.
+
+    Rows sit in at most two batches, one decoder call each a step. Requests join the young batch. Once its cache
+    is ``2 * age`` slots long, its rows that have decoded more than ``age`` tokens move to the old batch: one long
+    request would otherwise make every row that joins after it attend over (and copy) its long cache, each step.
+    A row's answer does not depend on the batch it is in.
+    """
+
+    def __init__(self, runner: Runner, age: int = 32) -> None:
+        self.runner = runner
+        self.spec: ModelSpec = runner.spec
+        self.age = age
+        numbers = itertools.count()
+        self.young, self.old = _Batch(runner, numbers), _Batch(runner, numbers)
+
+    def reset(self) -> None:
+        """Forget every row (after a runner failure)."""
+        self.young.reset()
+        self.old.reset()
+
+    @property
+    def num_rows(self) -> int:
+        """Rows that decode a request (holes not counted)."""
+        return self.young.num_rows + self.old.num_rows
+
+    @property
+    def keys(self) -> set[Hashable]:
+        return self.young.keys | self.old.keys
+
+    def source_tokens(self, rows: int = 0, S: int = 0) -> int:
+        """Padded source tokens the batches hold, with ``rows`` more rows of ``S`` tokens in the young batch."""
+        young, old = self.young, self.old
+        return (young.num_rows + rows) * max(young.width, S) + old.num_rows * old.width
+
+    def admit(self, requests: list[tuple[Hashable, DecodeRequest]]) -> float:
+        """Encode new requests (one encoder call) and add their rows; returns the encoder seconds."""
+        return self.young.admit(requests)
+
+    def cancel(self, key: Hashable) -> None:
+        """Drop the rows of a request whose caller went away."""
+        for batch in (self.young, self.old):
+            if key in batch.keys:
+                batch.cancel(key)
+
+    def step(self) -> tuple[list[tuple[Hashable, DecodeResult]], float]:
+        """One decoder call for each batch; returns the requests that finished and the decoder seconds."""
+        done, seconds = [], 0.0
+        for batch in (self.old, self.young):
+            if batch.num_rows:
+                finished, s = batch.step()
+                done += finished
+                seconds += s
+        self._age()
+        return done, seconds
+
+    def _age(self) -> None:
+        """Move the young batch's old rows to the old batch once its cache is 2 age slots long."""
+        young = self.young
+        if young.slots < 2 * self.age:
+            return
+        live = young.rows.job >= 0
+        aged = np.flatnonzero(live & (young.slots - young.rows.start > self.age))
+        if not len(aged):
+            return
+        if len(aged) == np.count_nonzero(live) and not self.old.num_rows:
+            self.young, self.old = self.old, young  # all of it, nothing to copy
+        elif len(aged) == np.count_nonzero(live):
+            self.old.absorb(young)
+        elif self.old.num_rows:
+            self.old.absorb(young.split(aged))
+        else:
+            self.old = young.split(aged)
 
 
 def decode(runner: Runner, requests: list[DecodeRequest]) -> list[DecodeResult]:

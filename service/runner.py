@@ -69,7 +69,7 @@ class Tensors(Protocol):
     def shape(self, x: Cache) -> tuple[int, ...]: ...
     def take(self, x: Cache, rows: np.ndarray) -> Cache: ...  # x[rows]
     def cat(self, x: Cache, y: Cache) -> Cache: ...  # x and y's rows
-    def pad(self, x: Cache, axis: int, n: int) -> Cache: ...  # n zeros appended along axis
+    def pad(self, x: Cache, axis: int, n: int, front: bool = False) -> Cache: ...  # n zeros added along axis
     def narrow(self, x: Cache, axis: int, start: int, stop: int) -> Cache: ...  # x[start:stop] along axis
     def put(self, x: Cache, rows: np.ndarray, y: Cache) -> Cache: ...  # x with x[rows] = y (host: in place)
 
@@ -89,13 +89,16 @@ class HostTensors:
     def cat(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         return np.concatenate([x, y])
 
-    def pad(self, x: np.ndarray, axis: int, n: int) -> np.ndarray:
+    def pad(self, x: np.ndarray, axis: int, n: int, front: bool = False) -> np.ndarray:
         if n == 0:
             return x
         shape = list(x.shape)
         shape[axis] += n
         out = np.zeros(shape, x.dtype)  # np.pad costs tens of microseconds more per call
-        out[tuple(slice(0, size) for size in x.shape)] = x
+        index = [slice(0, size) for size in x.shape]
+        if front:
+            index[axis] = slice(n, None)
+        out[tuple(index)] = x
         return out
 
     def narrow(self, x: np.ndarray, axis: int, start: int, stop: int) -> np.ndarray:
@@ -161,12 +164,12 @@ class DeviceTensors:
     def cat(self, x: ort.OrtValue, y: ort.OrtValue) -> ort.OrtValue:
         return self._run(self._cat, x, z=y)
 
-    def pad(self, x: ort.OrtValue, axis: int, n: int) -> ort.OrtValue:
+    def pad(self, x: ort.OrtValue, axis: int, n: int, front: bool = False) -> ort.OrtValue:
         if n == 0:
             return x
         rank = len(x.shape())
-        pads = np.zeros(2 * rank, np.int64)
-        pads[rank + axis] = n
+        pads = np.zeros(2 * rank, np.int64)  # ONNX Pad: every axis's leading counts, then its trailing ones
+        pads[axis if front else rank + axis] = n
         return self._run(self._pad, x, pads=pads)
 
     def narrow(self, x: ort.OrtValue, axis: int, start: int, stop: int) -> ort.OrtValue:

@@ -180,8 +180,7 @@ class Scheduler:
 
     def _take(self) -> list[_Entry]:
         """Waiting texts that fit into the batch, oldest first; sorted by length for the encoder call."""
-        rows = self.decoder.num_rows
-        S = self.decoder.encoder_mask.shape[1]
+        rows, S = 0, 0  # joining the batch
         taken: list[_Entry] = []
         while self._queue:
             entry = self._queue[0]
@@ -189,8 +188,11 @@ class Scheduler:
                 self._queue.popleft()
                 continue
             new_rows, new_S = rows + entry.rows, max(S, len(entry.request.src))
-            fits = new_rows <= self.max_batch_size and new_rows * new_S <= self.max_batch_tokens
-            if not fits and (rows or taken):
+            fits = (
+                self.decoder.num_rows + new_rows <= self.max_batch_size
+                and self.decoder.source_tokens(new_rows, new_S) <= self.max_batch_tokens
+            )
+            if not fits and (self.decoder.num_rows or taken):
                 break
             taken.append(self._queue.popleft())
             rows, S = new_rows, new_S
@@ -216,7 +218,7 @@ class Scheduler:
         for e in admitted:
             self._active[e.key] = e
         rows = self.decoder.num_rows
-        batch_tokens = rows * self.decoder.encoder_mask.shape[1]
+        batch_tokens = self.decoder.source_tokens()
         done, decode_seconds = self.decoder.step()
         for key, result in done:
             self._answer(self._active.pop(cast(int, key)), result)

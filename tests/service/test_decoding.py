@@ -119,7 +119,8 @@ def reference(seed: int, k: int, max_length: int, lp: float) -> list[tuple[list[
     return sorted(finished, key=lambda h: -h[1] / len(h[0]) ** lp)
 
 
-def test_batched_beams_equal_plain_beam_search() -> None:
+@pytest.mark.parametrize("age", [32, 2])  # 2: rows move to the old batch often, one or many at a time
+def test_batched_beams_equal_plain_beam_search(age: int) -> None:
     rng = np.random.default_rng(0)
     requests = [
         DecodeRequest(src=[int(rng.integers(2, 10)), EOS], beam_size=int(k), max_length=int(n), n_best=int(k),
@@ -128,12 +129,14 @@ def test_batched_beams_equal_plain_beam_search() -> None:
                             strict=True)
     ]  # fmt: skip
     model = PrefixModel()
-    decoder = BatchDecoder(model)  # type: ignore[arg-type]
+    decoder = BatchDecoder(model, age=age)  # type: ignore[arg-type]
     decoder.admit(list(enumerate(requests[:6])))
     assert decoder.num_rows == sum(r.beam_size for r in requests[:6]) > 6
     pending = list(enumerate(requests))[6:]
     results: dict[Hashable, DecodeResult] = {}
+    both = 0  # steps with rows in both batches
     while decoder.num_rows:
+        both += bool(decoder.young.num_rows and decoder.old.num_rows)
         done, _ = decoder.step()
         results.update(done)
         for _ in done[:2]:  # newcomers take the holes, or join at the end
@@ -141,6 +144,7 @@ def test_batched_beams_equal_plain_beam_search() -> None:
                 decoder.admit([pending.pop(0)])
     assert len(results) == len(requests)
     assert model.step_rows[0] == 6  # the first step decodes one row a request: the other beams are still empty
+    assert (both > 10) == (age == 2)
     for i, r in enumerate(requests):
         want = reference(r.src[0], r.beam_size, r.max_length, r.length_penalty)[: r.n_best]
         got = results[i].hypotheses

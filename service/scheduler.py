@@ -154,13 +154,14 @@ class Scheduler:
                 continue
             if not self._active and len(self._queue) < self.max_batch_size and self.max_wait > 0:
                 time.sleep(self.max_wait)  # let a batch form
-            self._expire(time.monotonic())
-            admitted = self._take() if (self.continuous or not self._active) else []
-            if not admitted and not self._active:
-                continue  # everything waiting was cancelled or expired
+            admitted: list[_Entry] = []
             try:
+                self._expire(time.monotonic())
+                admitted = self._take() if (self.continuous or not self._active) else []
+                if not admitted and not self._active:
+                    continue  # everything waiting was cancelled or expired
                 stats = self._iterate(admitted)
-            except Exception as e:  # a runner failure fails the texts it was decoding, never the loop
+            except Exception as e:  # a failure fails the texts it was decoding, never the loop
                 log.exception("decoding failed")
                 for entry in [*admitted, *self._active.values()]:
                     self._answer(entry, e)

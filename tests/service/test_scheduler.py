@@ -137,3 +137,37 @@ def test_request_level_batching_admits_only_into_an_empty_batch() -> None:
     results = asyncio.run(run(scheduler, [DecodeRequest(src=s, max_length=20) for s in srcs]))
     assert [r.hypotheses[0].tokens for r in results] == [expected(s) for s in srcs]
     assert not any(s.admitted and s.rows > s.admitted for s in stats)
+
+
+class FailingOnceRunner(CountingRunner):
+    """Fails the decoder call that meets a source starting with 9, once."""
+
+    failed = False
+
+    def step(self, input_ids, position_ids, encoder_attention_mask, *rest):  # type: ignore[no-untyped-def]
+        cross_keys = rest[1]
+        if not self.failed and (cross_keys[0][:, 0, 0, 0] == 9).any():
+            self.failed = True
+            raise RuntimeError("the runner broke")
+        return super().step(input_ids, position_ids, encoder_attention_mask, *rest)
+
+
+def test_a_runner_failure_fails_the_batch_and_the_loop_goes_on() -> None:
+    scheduler = Scheduler(BatchDecoder(FailingOnceRunner()), max_wait_ms=0)  # type: ignore[arg-type]
+
+    async def go() -> tuple[list, list]:
+        await scheduler.start()
+        try:
+            first = await asyncio.gather(
+                *scheduler.submit_many([DecodeRequest(src=[9, 3, 0]), DecodeRequest(src=[4, 3, 0])], 10),
+                return_exceptions=True,
+            )
+            after = await asyncio.gather(*scheduler.submit_many([DecodeRequest(src=[5, 3, 3, 0])], 10))
+            return first, after
+        finally:
+            await scheduler.stop()
+
+    first, after = asyncio.run(go())
+    assert all(isinstance(r, RuntimeError) for r in first)
+    assert after[0].hypotheses[0].tokens == expected([5, 3, 3, 0])
+    assert scheduler.active_sequences == 0

@@ -580,8 +580,8 @@ def mixed_load(
     plan = poisson_plan(rate, seconds, choose, seed=7)
     results: dict[str, dict[str, LoadPoint]] = {}
     for setting in ("true", "false"):
-        env = {"ATTNSERVE_THREADS": str(threads), "ATTNSERVE_CONTINUOUS_BATCHING": setting}
-        env["OMP_NUM_THREADS"] = str(threads)
+        env = {"ATTNSERVE_DECODE_THREADS": str(threads), "ATTNSERVE_THREADS": "1", "OMP_NUM_THREADS": "1"}
+        env["ATTNSERVE_CONTINUOUS_BATCHING"] = setting
         with attnserve_server(bundle.path, env) as server:
             warm_up(server.url, {"q": short[0], **pair})
             outcomes, elapsed = asyncio.run(run_plan(server.url, plan, timeout))
@@ -871,7 +871,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         bodies = [{"q": s, **pair} for s in sentences]
         if "http" in args.parts:
             for threads in args.threads:
-                env = {"ATTNSERVE_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
+                # n threads: n decoding threads of one ONNX Runtime thread each (service/settings.py says why)
+                env = {"ATTNSERVE_DECODE_THREADS": str(threads), "ATTNSERVE_THREADS": "1", "OMP_NUM_THREADS": "1"}
                 int8 = {**env, "ATTNSERVE_GRAPH_VARIANT": "int8"}
                 starters: list[tuple[str, Callable[[], Server]]] = [
                     ("attnserve", partial(attnserve_server, bundle.path, env)),
@@ -897,7 +898,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                 f"### Over HTTP: open-loop Poisson load\n\nOffered loads {', '.join(f'{r:g}' for r in args.rates)} "
                 f"sentences/s, {args.load_seconds:g} s each, one sentence per request drawn from the same sentences, "
                 f"greedy, attnserve's default `max_length` (min(256, 2 × source + 10)) on both servers; latency from "
-                f"each request's scheduled send time (no coordinated omission); a rate with errors or p99 over "
+                f"each request's scheduled send time (no coordinated omission); attnserve at n threads runs n "
+                f"decoding threads of one ONNX Runtime thread each (`ATTNSERVE_DECODE_THREADS=n`); a rate with errors "
+                f"or p99 over "
                 f"{args.stop_p99:g} s ends the sweep. The load generator runs on the same machine. The transformers "
                 f"service is a plain FastAPI app (`python bench/peers.py --serve-transformers DIR`) that answers one "
                 f"request at a time.\n\n{tables}\n\n{images}"

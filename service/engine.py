@@ -46,9 +46,10 @@ class Engine:
     """A loaded bundle with its runners; :meth:`start` adds the schedulers that the HTTP service uses.
 
     The exact float32 graphs serve /attention. /translate uses the ``graph_variant`` graphs (e.g. int8) when that
-    is not float32, through a scheduler of their own; otherwise both share one runner and one scheduler. Texts that
+    is not float32, through schedulers of their own; otherwise both share one runner and its schedulers. Texts that
     need attention rows (``return_details``) go to the exact graphs when the variant's decoder has no attention
-    outputs (int8's fused one).
+    outputs (int8's fused one). A runner has ``decode_threads`` schedulers (batching loops, each on its thread),
+    which call its sessions concurrently; a request goes to the least busy one.
     """
 
     def __init__(self, bundle: Bundle, settings: Settings, provider: Provider | None = None) -> None:
@@ -59,7 +60,7 @@ class Engine:
         self.exact = Runner(bundle, provider, settings.threads)
         variant = settings.graph_variant
         self.fast = self.exact if variant == "float32" else Runner(bundle, provider, settings.threads, variant)
-        self.schedulers: dict[str, Scheduler] = {}
+        self.schedulers: dict[str, list[Scheduler]] = {}  # "exact", "fast": one per decoding thread
 
     @classmethod
     def load(cls, path: Path, settings: Settings) -> Engine:
@@ -75,23 +76,27 @@ class Engine:
             if name == "fast" and runner is self.exact:
                 self.schedulers["fast"] = self.schedulers["exact"]
                 continue
-            self.schedulers[name] = Scheduler(
-                BatchDecoder(runner),
-                max_batch_size=s.max_batch_size,
-                max_batch_tokens=s.max_batch_tokens,
-                max_wait_ms=s.max_wait_ms,
-                queue_size=s.queue_size,
-                continuous=s.continuous_batching,
-                on_step=on_step,
-            )
-            await self.schedulers[name].start()
+            self.schedulers[name] = [
+                Scheduler(
+                    BatchDecoder(runner),
+                    max_batch_size=s.max_batch_size,
+                    max_batch_tokens=s.max_batch_tokens,
+                    max_wait_ms=s.max_wait_ms,
+                    queue_size=s.queue_size,
+                    continuous=s.continuous_batching,
+                    on_step=on_step,
+                )
+                for _ in range(s.decode_threads)
+            ]
+            for scheduler in self.schedulers[name]:
+                await scheduler.start()
 
     async def stop(self) -> None:
         for scheduler in self._unique_schedulers():
             await scheduler.stop()
 
     def _unique_schedulers(self) -> list[Scheduler]:
-        return list({id(s): s for s in self.schedulers.values()}.values())
+        return list({id(s): s for group in self.schedulers.values() for s in group}.values())
 
     @property
     def queue_depth(self) -> int:
@@ -139,7 +144,8 @@ class Engine:
     async def submit(self, requests: list[DecodeRequest], exact: bool = False) -> list[DecodeResult]:
         """Queue texts together and wait for all of them; ``exact`` for the float32 graphs (/attention)."""
         assert self.schedulers, "Engine.start() was not called"
-        scheduler = self.schedulers["exact" if self._exact(requests, exact) else "fast"]
+        group = self.schedulers["exact" if self._exact(requests, exact) else "fast"]
+        scheduler = min(group, key=lambda s: s.queue_depth + s.active_sequences)  # the least busy
         futures = scheduler.submit_many(requests, self.settings.request_timeout_s)
         try:
             return list(await asyncio.gather(*futures))

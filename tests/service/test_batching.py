@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import random
+from typing import Any
 
 import httpx
+import pytest
 
+from service.decoding import BatchDecoder
 from tests.service.conftest import Server, ServerFactory
 
 WORDS = "open save file the selected settings delete print window close document replace exists".split()
@@ -65,3 +68,26 @@ def test_unbatched_server_gives_the_same_answers(make_server: ServerFactory) -> 
     a = asyncio.run(concurrently(batched.url, bodies))
     b = asyncio.run(concurrently(single.url, bodies))
     assert [r.json() for r in a] == [r.json() for r in b]
+
+
+def test_two_decoding_threads_give_the_same_answers_and_share_the_work(
+    make_server: ServerFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bodies = mixed_requests(32)
+    one = make_server(max_batch_size=4)
+    two = make_server(max_batch_size=4, decode_threads=2)
+    a = asyncio.run(concurrently(one.url, bodies))
+    stepped: set[int] = set()
+    step = BatchDecoder.step
+
+    def recorded(self: BatchDecoder) -> Any:
+        stepped.add(id(self))
+        return step(self)
+
+    monkeypatch.setattr(BatchDecoder, "step", recorded)
+    b = asyncio.run(concurrently(two.url, bodies))
+    assert [r.json() for r in a] == [r.json() for r in b]
+    engine = next(iter(two.app.state.attnserve.engines.values()))
+    schedulers = engine.schedulers["fast"]
+    assert len(schedulers) == 2 and all(s.decoder.runner is engine.fast for s in schedulers)
+    assert stepped == {id(s.decoder) for s in schedulers}, "both decoding threads should have decoded"

@@ -1,8 +1,10 @@
 """Batched greedy, beam and forced decoding on the key/value cache, with attention rows collected step by step.
 
-:class:`BatchDecoder` holds the rows (hypotheses) of many requests in one batch. New requests are admitted between
-steps and finished ones leave (iteration-level batching); a row that joins late owns only the cache slots from its
-start on — the others are masked out (``self_attention_mask``), so a row's answer does not depend on its neighbours.
+:class:`BatchDecoder` holds the rows (hypotheses) of many requests in two padded batches (:class:`_Batch`): the
+young one, where requests join, and the old one, for rows that have decoded many tokens. New requests are admitted
+between steps and finished ones leave (iteration-level batching); a row that joins late owns only the cache slots
+from its start on — the others are masked out (``self_attention_mask``), so a row's answer does not depend on its
+neighbours.
 
 A step's bookkeeping is a few numpy calls for the whole batch, not Python per row: the rows' tokens, scores and
 cache starts are arrays (:class:`_Rows`), greedy rows share one argmax, and the beam rows of every request are
@@ -109,10 +111,7 @@ class _Rows:
 
     def extend(self, n: int) -> None:
         """Add n holes."""
-        more = _Rows(n, self.tokens.shape[1])
-        for name in self.ARRAYS:
-            setattr(self, name, np.concatenate([getattr(self, name), getattr(more, name)]))
-        self.attention += more.attention
+        self.join(_Rows(n, self.tokens.shape[1]))
 
     def join(self, other: _Rows) -> None:
         """Append ``other``'s rows."""

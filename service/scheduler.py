@@ -70,7 +70,8 @@ class _Entry:
 
 
 class Scheduler:
-    """Owns one bundle's decoder. Start with :meth:`start`, stop with :meth:`stop`, submit with :meth:`submit_many`.
+    """Owns a decoder (one batching loop of a runner). Start with :meth:`start`, stop with :meth:`stop`, submit with
+    :meth:`submit_many`.
 
     The event loop only queues texts and receives answers; the batching loop runs on its own thread, so a step
     never waits for the event loop to schedule it (under load the loop is busy with HTTP). Every future is set on

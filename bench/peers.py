@@ -129,7 +129,8 @@ class AttnserveEngine:
     def batch(self, sources: list[list[int]], beam: int, max_length: int) -> list[list[int]]:
         from service.decoding import DecodeRequest, decode
 
-        requests = [DecodeRequest(src=s, beam_size=beam, max_length=max_length) for s in sources]
+        # No scores, like CTranslate2's translate_batch by default (return_scores=False): greedy skips the softmax.
+        requests = [DecodeRequest(src=s, beam_size=beam, max_length=max_length, scores=False) for s in sources]
         return [strip_eos(r.hypotheses[0].tokens, self.eos) for r in decode(self.runner, requests)]
 
 

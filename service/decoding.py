@@ -41,6 +41,8 @@ class DecodeRequest:
         n_best: hypotheses returned (≤ beam_size).
         forced: target ids (ending with </s>) to force-decode instead of searching.
         attention: collect encoder, decoder and cross attention.
+        scores: compute each token's log-probability (the log-softmax over the vocabulary, every step). Beam
+            search always does, to rank; without it, greedy and forced hypotheses have NaN scores.
     """
 
     src: list[int]
@@ -50,12 +52,13 @@ class DecodeRequest:
     n_best: int = 1
     forced: list[int] | None = None
     attention: bool = False
+    scores: bool = True
 
 
 @dataclass
 class Hypothesis:
     tokens: list[int]  # generated ids, ending with </s> unless max_length cut it
-    token_scores: list[float]  # log-probability of each token
+    token_scores: list[float]  # log-probability of each token (NaN unless the request asked for scores)
     self_attention: list[np.ndarray] = field(default_factory=list)  # per step (L, h, t + 1)
     cross_attention: list[np.ndarray] = field(default_factory=list)  # per step (L, h, S)
 
@@ -84,7 +87,7 @@ _Attention = tuple[list[np.ndarray], list[np.ndarray]]  # one row's self- and cr
 class _Rows:
     """The batch's rows as arrays, entry r for cache row r. A hole (a row whose request left) has job -1."""
 
-    ARRAYS = ("job", "width", "limit", "start", "alive", "length", "score", "tokens", "token_scores")
+    ARRAYS = ("job", "width", "limit", "start", "alive", "scored", "length", "score", "tokens", "token_scores")
 
     def __init__(self, n: int = 0, columns: int = 16) -> None:
         self.job = np.full(n, -1, np.int64)  # request number (BatchDecoder.jobs); -1: a hole
@@ -92,6 +95,7 @@ class _Rows:
         self.limit = np.ones(n, np.int64)  # tokens at most
         self.start = np.zeros(n, np.int64)  # first cache slot this row owns
         self.alive = np.zeros(n, bool)  # False: a beam row before its first hypothesis (or a hole)
+        self.scored = np.zeros(n, bool)  # its log-probabilities are needed (beam search, or the request asked)
         self.length = np.zeros(n, np.int64)  # tokens generated
         self.score = np.zeros(n)  # their summed log-probabilities (float64, summed in order like Hypothesis.score)
         self.tokens = np.zeros((n, columns), np.int64)  # [:, :length]
@@ -142,13 +146,19 @@ class _Scores:
 
     BLOCK = 16  # tokens v and v + nb, v + 2 nb, ... share a block (nb = V // BLOCK) for beam_top's first pass
 
-    def __init__(self, logits: np.ndarray) -> None:
+    def __init__(self, logits: np.ndarray, scored: np.ndarray) -> None:
+        """``scored`` (N,) bool: the rows whose log-normalizer is needed (NaN for the others)."""
         self.logits = logits  # (N, V); padding already -inf
         N = len(logits)
         self.argmax = logits.argmax(axis=-1)  # (N,)
-        self.best = logits[np.arange(N), self.argmax]  # (N,)
-        shifted = np.subtract(logits, self.best[:, None])
-        self.log_norm = self.best + np.log(np.einsum("ij->i", np.exp(shifted, out=shifted)))  # (N,)
+        best = logits[np.arange(N), self.argmax]  # (N,)
+        self.log_norm = np.full(N, np.nan, logits.dtype)
+        if scored.all():
+            shifted = np.subtract(logits, best[:, None])
+        else:  # only those rows: greedy rows that nobody asked scores of cost one argmax
+            best = best[scored]
+            shifted = np.subtract(logits[scored], best[:, None])
+        self.log_norm[scored] = best + np.log(np.einsum("ij->i", np.exp(shifted, out=shifted)))
         self._block_max: np.ndarray | None = None
 
     def logp(self, rows: np.ndarray, tokens: np.ndarray) -> np.ndarray:
@@ -342,6 +352,7 @@ class _Batch:
         rows.job[ix], rows.width[ix], rows.limit[ix] = numbers[rows_of], width[rows_of], limit[rows_of]
         rows.start[ix], rows.length[ix], rows.score[ix] = T, 0, 0.0
         rows.alive[ix] = np.r_[True, rows_of[1:] != rows_of[:-1]]  # a request's first row
+        rows.scored[ix] = (np.array([r.scores for _, r in requests]) | (width >= 2))[rows_of]
         for slot, i in zip(slots, rows_of.tolist(), strict=True):
             rows.attention[slot] = ([], []) if requests[i][1].attention else None
         return seconds
@@ -418,7 +429,7 @@ class _Batch:
         self.past_keys, self.past_values, self.self_mask = out.present_keys, out.present_values, self_mask
         logits = out.logits.astype(np.float32, copy=False)  # float16 graphs would give float16
         logits[:, spec.pad_id] = -np.inf  # never emit padding
-        scores = _Scores(logits)
+        scores = _Scores(logits, rows.scored)
 
         # Each live row's next token and the row it continues (its parent: itself, or a beam of its request).
         parent, token = everyone.copy(), np.zeros(N, np.int64)

@@ -136,6 +136,7 @@ class Engine:
             n_best=options.n_best,
             forced=forced,
             attention=options.attention,
+            scores=options.attention,  # return_details, the one answer that reports scores, also asks for attention
         )
 
     def _exact(self, requests: list[DecodeRequest], exact: bool) -> bool:

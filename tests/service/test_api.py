@@ -55,6 +55,10 @@ def test_alternatives_and_details(server: Server) -> None:
     assert d["source_tokens"][-1] == "</s>"
     assert len(d["tokens"]) == len(d["token_scores"]) == len(d["alignment"])
     assert all(0 <= a < len(d["source_tokens"]) for a in d["alignment"])
+    with server.client() as c:  # greedy, where scores are computed only when details are asked for
+        greedy = c.post("/translate", json={"q": TEXTS[0], "source": "en", "target": "ja", "return_details": True})
+    g = greedy.json()["details"]
+    assert all(-1e9 < x <= 0 for x in g["token_scores"]) and g["score"] == pytest.approx(sum(g["token_scores"]))
 
 
 def test_languages_in_libretranslate_shape(server: Server) -> None:

@@ -30,7 +30,7 @@ def test_beam_candidates_are_the_exact_best(spread: float, V: int) -> None:
     logits = (rng.standard_normal((9, V)) * spread).astype(np.float32)
     logits[:, 7] = -np.inf  # padding
     logits[4, 2] = logits[4, 3] = logits[4].max() + 1  # a tie, broken by token
-    s = _Scores(logits.copy())
+    s = _Scores(logits.copy(), np.ones(len(logits), bool))
     rows = np.array([[1, 2, 4], [8, 0, 6], [3, 5, 7]])  # three requests of three rows, not in batch order
     scores = np.array([[-0.5, -2.0, -np.inf], [-1.0, -1.0, -3.0], [-np.inf, -0.1, -np.inf]])  # -inf: not alive
     n = 6
@@ -46,9 +46,20 @@ def test_beam_candidates_are_the_exact_best(spread: float, V: int) -> None:
 
 
 def test_no_live_row_gives_no_candidates() -> None:
-    s = _Scores(np.zeros((2, 5), np.float32))
+    s = _Scores(np.zeros((2, 5), np.float32), np.ones(2, bool))
     j, r, v, value = beam_top(s, np.array([[0, 1]]), np.array([[-np.inf, -np.inf]]), 4)
     assert len(j) == len(r) == len(v) == len(value) == 0
+
+
+def test_only_scored_rows_get_log_probabilities() -> None:
+    logits = np.random.default_rng(3).standard_normal((4, 6)).astype(np.float32)
+    scored = np.array([True, False, True, False])
+    s = _Scores(logits.copy(), scored)
+    assert s.argmax.tolist() == logits.argmax(1).tolist()  # greedy needs no scores
+    want = np.log(np.exp(logits.astype(np.float64)).sum(1))
+    np.testing.assert_allclose(s.log_norm[scored], want[scored], atol=1e-5)
+    assert np.isnan(s.log_norm[~scored]).all()
+    np.testing.assert_array_equal(_Scores(logits.copy(), np.ones(4, bool)).log_norm[scored], s.log_norm[scored])
 
 
 # BatchDecoder against a plain beam search, on a fake model whose next-token distribution depends on the whole

@@ -153,12 +153,9 @@ class _Scores:
         self.argmax = logits.argmax(axis=-1)  # (N,)
         best = logits[np.arange(N), self.argmax]  # (N,)
         self.log_norm = np.full(N, np.nan, logits.dtype)
-        if scored.all():
-            shifted = np.subtract(logits, best[:, None])
-        else:  # only those rows: greedy rows that nobody asked scores of cost one argmax
-            best = best[scored]
-            shifted = np.subtract(logits[scored], best[:, None])
-        self.log_norm[scored] = best + np.log(np.einsum("ij->i", np.exp(shifted, out=shifted)))
+        part = slice(None) if scored.all() else scored  # greedy rows nobody asked scores of cost one argmax
+        shifted = np.subtract(logits[part], best[part, None])
+        self.log_norm[part] = best[part] + np.log(np.einsum("ij->i", np.exp(shifted, out=shifted)))
         self._block_max: np.ndarray | None = None
 
     def logp(self, rows: np.ndarray, tokens: np.ndarray) -> np.ndarray:
@@ -681,14 +678,17 @@ class BatchDecoder:
         aged = np.flatnonzero(live & (young.slots - young.rows.start > self.age))
         if not len(aged):
             return
-        if len(aged) == np.count_nonzero(live) and not self.old.num_rows:
+        if len(aged) < np.count_nonzero(live):
+            moved = young.split(aged)
+        elif not self.old.num_rows:
             self.young, self.old = self.old, young  # all of it, nothing to copy
-        elif len(aged) == np.count_nonzero(live):
-            self.old.absorb(young)
-        elif self.old.num_rows:
-            self.old.absorb(young.split(aged))
+            return
         else:
-            self.old = young.split(aged)
+            moved = young
+        if self.old.num_rows:
+            self.old.absorb(moved)  # leaves moved empty
+        else:
+            self.old = moved
 
 
 def decode(runner: Runner, requests: list[DecodeRequest]) -> list[DecodeResult]:

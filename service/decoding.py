@@ -113,6 +113,14 @@ class _Rows:
         rows.attention = [self.attention[i] for i in ix.tolist()]
         return rows
 
+    def move(self, dst: np.ndarray, src: np.ndarray) -> None:
+        """Rows ``dst`` become copies of rows ``src`` (in place; attention lists shared as in :meth:`take`)."""
+        for name in self.ARRAYS:
+            array = getattr(self, name)
+            array[dst] = array[src]
+        for d, s in zip(dst.tolist(), [self.attention[i] for i in src.tolist()], strict=True):
+            self.attention[d] = s
+
     def extend(self, n: int) -> None:
         """Add n holes."""
         self.join(_Rows(n, self.tokens.shape[1]))
@@ -224,6 +232,26 @@ def beam_top(scores: _Scores, rows: np.ndarray, hyp_scores: np.ndarray, n: int) 
     rank = np.arange(len(j)) - np.searchsorted(j, j)
     keep = (rank < n) & np.isfinite(value)
     return j[keep], r[keep], tokens[keep], value[keep]
+
+
+def beam_places(rows: np.ndarray, j: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """The rows that a step's beam children take, so that few caches move: a hypothesis's first child stays in
+    its parent's row, and the request's other children take the rows whose hypotheses got no child.
+
+    Args:
+        rows: (J, k) batch rows of each request.
+        j: each child's request (sorted), at most k a request.
+        parent: each child's parent row.
+    """
+    _, first = np.unique(parent, return_index=True)
+    stays = np.zeros(len(parent), bool)
+    stays[first] = True
+    place = parent.copy()
+    free_j, free_c = np.nonzero(~np.isin(rows, parent))  # rows no child continues, request by request
+    moved = j[~stays]
+    rank = np.arange(len(moved)) - np.searchsorted(moved, moved)
+    place[~stays] = rows[free_j, free_c][np.searchsorted(free_j, moved) + rank]
+    return place
 
 
 class _Batch:
@@ -447,31 +475,35 @@ class _Batch:
             assert forced is not None
             token[r] = forced[rows.length[r]]
         stepped[one] = True
-        for k in np.unique(rows.width[live & (rows.width >= 2)]).tolist():
-            self._beam(k, scores, out, parent, token, stepped, done, finals)
+        if (wide := live & (rows.width >= 2)).any():
+            for k in np.unique(rows.width[wide]).tolist():
+                self._beam(k, scores, out, parent, token, stepped, done, finals)
 
         ix = np.flatnonzero(stepped)
         logp = scores.logp(parent[ix], token[ix])
-        new = rows.take(parent) if (parent != everyone).any() else rows
-        if new is not rows:
-            self.past_keys, self.past_values = self._take_rows(parent)
-        n = new.length[ix]
-        new.reserve(int(n.max(initial=0)) + 1)
-        new.tokens[ix, n], new.token_scores[ix, n] = token[ix], logp
-        new.score[ix] += logp
-        new.length[ix] += 1
-        new.alive = stepped  # a beam row that got no child holds no hypothesis until it gets one
+        if len(moved := np.flatnonzero(parent != everyone)):  # beam rows that continue another row's hypothesis
+            src, put, take = parent[moved], self.tensors.put, self.tensors.take
+            rows.move(moved, src)
+            self.past_keys = [put(k, moved, take(k, src)) for k in self.past_keys]
+            self.past_values = [put(v, moved, take(v, src)) for v in self.past_values]
+        n = rows.length[ix]
+        rows.reserve(int(n.max(initial=0)) + 1)
+        rows.tokens[ix, n], rows.token_scores[ix, n] = token[ix], logp
+        rows.score[ix] += logp
+        rows.length[ix] += 1
+        rows.alive = stepped  # a beam row that got no child holds no hypothesis until it gets one
         if any(job.request.attention for job in self.jobs.values()):
-            self._attend(new, parent, ix, out)
-        self.rows = new
+            self._attend(rows, parent, ix, out)
 
-        for r in one[(token[one] == spec.eos_id) | (new.length[one] >= new.limit[one])].tolist():
-            number = int(new.job[r])
-            self.jobs[number].finished.append(new.hypothesis(r))
+        for r in one[(token[one] == spec.eos_id) | (rows.length[one] >= rows.limit[one])].tolist():
+            number = int(rows.job[r])
+            self.jobs[number].finished.append(rows.hypothesis(r))
             done.append(number)
         for number, r in finals:
-            self.jobs[number].finished.append(new.hypothesis(r))
-        self._leave(np.flatnonzero(np.isin(new.job, done)))
+            self.jobs[number].finished.append(rows.hypothesis(r))
+        if not done:
+            return [], seconds
+        self._leave(np.flatnonzero(np.isin(rows.job, done)))
         results = [(self.jobs[number].key, self._result(self.jobs.pop(number))) for number in done]
         self._tidy()
         return results, seconds
@@ -544,9 +576,10 @@ class _Batch:
             self.jobs[int(rows.job[p])].finished.append(hyp)
         going = np.cumsum(~ends) - np.cumsum(~ends)[first] + ~ends[first]  # 1-based place among the request's others
         child = ~ends & (going <= k)
-        slot = ix[j[child], going[child] - 1]  # the request's rows, in order, take its children
-        parent[slot], token[slot], stepped[slot] = r[child], v[child], True
-        children = np.bincount(j[child], minlength=len(ix))
+        cj, cr = j[child], r[child]  # the children's requests and parents, request by request, best first
+        slot = beam_places(ix, cj, cr)
+        parent[slot], token[slot], stepped[slot] = cr, v[child], True
+        children = np.bincount(cj, minlength=len(ix))
         t = rows.length[ix[:, 0]] + 1
         at_limit = t >= rows.limit[ix[:, 0]]
         for q in range(len(ix)):
@@ -554,7 +587,7 @@ class _Batch:
             if len(self.jobs[number].finished) >= k or at_limit[q] or not children[q]:
                 done.append(number)
                 if at_limit[q]:
-                    finals.extend((number, int(s)) for s in ix[q, : children[q]])
+                    finals.extend((number, int(s)) for s in slot[cj == q])
 
     def _attention_rows(self, out: StepOutput, r: int) -> tuple[np.ndarray, np.ndarray]:
         """This step's self- and cross-attention rows of row r (computed from its own hypothesis)."""
@@ -590,16 +623,14 @@ class _Batch:
         ix = np.flatnonzero(self.rows.job >= 0)
         if len(ix) == len(self.rows):
             return
-        self.past_keys, self.past_values = self._take_rows(ix)
+        take = self.tensors.take
+        self.past_keys = [take(k, ix) for k in self.past_keys]
+        self.past_values = [take(v, ix) for v in self.past_values]
         self.self_mask = self.self_mask[ix]
-        self.cross_keys = [self.tensors.take(k, ix) for k in self.cross_keys]
-        self.cross_values = [self.tensors.take(v, ix) for v in self.cross_values]
+        self.cross_keys = [take(k, ix) for k in self.cross_keys]
+        self.cross_values = [take(v, ix) for v in self.cross_values]
         self.encoder_mask = self.encoder_mask[ix]
         self.rows = self.rows.take(ix)
-
-    def _take_rows(self, ix: np.ndarray) -> tuple[list[Cache], list[Cache]]:
-        take = self.tensors.take
-        return [take(k, ix) for k in self.past_keys], [take(v, ix) for v in self.past_values]
 
     def _trim(self) -> None:
         """Drop cache slots no live row owns any more, and source columns no live row needs (only when it is worth

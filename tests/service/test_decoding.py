@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from service.bundle import ModelSpec
-from service.decoding import BatchDecoder, DecodeRequest, DecodeResult, _Scores, beam_top
+from service.decoding import BatchDecoder, DecodeRequest, DecodeResult, _Scores, beam_places, beam_top
 from service.runner import StepOutput
 from tests.service.fake_runner import FakeRunner
 
@@ -49,6 +49,17 @@ def test_no_live_row_gives_no_candidates() -> None:
     s = _Scores(np.zeros((2, 5), np.float32), np.ones(2, bool))
     j, r, v, value = beam_top(s, np.array([[0, 1]]), np.array([[-np.inf, -np.inf]]), 4)
     assert len(j) == len(r) == len(v) == len(value) == 0
+
+
+def test_beam_children_stay_in_their_parents_rows() -> None:
+    rows = np.array([[4, 0, 7], [1, 6, 2], [3, 5, 8]])  # three requests of three rows, not in batch order
+    j = np.array([0, 0, 0, 1, 1, 2])  # request 1 has two children, request 2 one
+    parent = np.array([7, 7, 4, 6, 6, 5])  # best first
+    place = beam_places(rows, j, parent)
+    assert len(set(place.tolist())) == len(place), "one child a row"
+    assert all(p in rows[q] for q, p in zip(j.tolist(), place.tolist(), strict=True)), "in its request's rows"
+    assert place[[0, 2, 3, 5]].tolist() == [7, 4, 6, 5], "a parent's first child stays: no cache copied"
+    assert place[1] == 0 and place[4] in (1, 2)  # the others take rows whose hypotheses got no child
 
 
 def test_only_scored_rows_get_log_probabilities() -> None:

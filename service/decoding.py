@@ -87,7 +87,7 @@ _Attention = tuple[list[np.ndarray], list[np.ndarray]]  # one row's self- and cr
 class _Rows:
     """The batch's rows as arrays, entry r for cache row r. A hole (a row whose request left) has job -1."""
 
-    ARRAYS = ("job", "width", "limit", "start", "alive", "scored", "length", "score", "tokens", "token_scores")
+    ARRAYS = ("job", "width", "limit", "start", "alive", "scored", "attends", "length", "score", "tokens", "token_scores")
 
     def __init__(self, n: int = 0, columns: int = 16) -> None:
         self.job = np.full(n, -1, np.int64)  # request number (BatchDecoder.jobs); -1: a hole
@@ -96,6 +96,7 @@ class _Rows:
         self.start = np.zeros(n, np.int64)  # first cache slot this row owns
         self.alive = np.zeros(n, bool)  # False: a beam row before its first hypothesis (or a hole)
         self.scored = np.zeros(n, bool)  # its log-probabilities are needed (beam search, or the request asked)
+        self.attends = np.zeros(n, bool)  # it collects attention rows (in ``attention``)
         self.length = np.zeros(n, np.int64)  # tokens generated
         self.score = np.zeros(n)  # their summed log-probabilities (float64, summed in order like Hypothesis.score)
         self.tokens = np.zeros((n, columns), np.int64)  # [:, :length]
@@ -164,9 +165,9 @@ class _Scores:
         N, V = logits.shape
         nb = self.blocks
         m = V // nb  # whole rounds of nb tokens; the tail (V - m nb < nb tokens) joins blocks 0, 1, ...
-        self.log_norm = np.full(N, np.nan, logits.dtype)
-        self.block_max = np.full((N, nb), np.nan, logits.dtype)  # (N, nb): the largest logit of each block
         rows = np.flatnonzero(scored)
+        self.log_norm = np.full(N, np.nan, logits.dtype)
+        self.block_max = np.full((N if len(rows) else 0, nb), np.nan, logits.dtype)  # (N, nb): each block's largest
         shifted = np.empty((min(self.ROWS, len(rows)), V), logits.dtype)
         for i in range(0, len(rows), self.ROWS):
             part = rows[i : i + self.ROWS]
@@ -385,6 +386,7 @@ class _Batch:
         rows.start[ix], rows.length[ix], rows.score[ix] = T, 0, 0.0
         rows.alive[ix] = np.r_[True, rows_of[1:] != rows_of[:-1]]  # a request's first row
         rows.scored[ix] = (np.array([r.scores for _, r in requests]) | (width >= 2))[rows_of]
+        rows.attends[ix] = np.array([r.attention for _, r in requests])[rows_of]
         for slot, i in zip(slots, rows_of.tolist(), strict=True):
             rows.attention[slot] = ([], []) if requests[i][1].attention else None
         return seconds
@@ -439,7 +441,7 @@ class _Batch:
     def _leave(self, ix: np.ndarray) -> None:
         """Rows ``ix`` become holes; a hole attends to nothing but its newest slot."""
         self.rows.job[ix] = -1
-        self.rows.alive[ix] = False
+        self.rows.alive[ix] = self.rows.attends[ix] = False
         self.self_mask[ix] = 0
         for i in ix.tolist():
             self.rows.attention[i] = None
@@ -487,12 +489,12 @@ class _Batch:
             self.past_keys = [put(k, moved, take(k, src)) for k in self.past_keys]
             self.past_values = [put(v, moved, take(v, src)) for v in self.past_values]
         n = rows.length[ix]
-        rows.reserve(int(n.max(initial=0)) + 1)
+        rows.reserve(self_mask.shape[1])  # a row generates one token a cache slot it owns
         rows.tokens[ix, n], rows.token_scores[ix, n] = token[ix], logp
         rows.score[ix] += logp
         rows.length[ix] += 1
         rows.alive = stepped  # a beam row that got no child holds no hypothesis until it gets one
-        if any(job.request.attention for job in self.jobs.values()):
+        if rows.attends.any():
             self._attend(rows, parent, ix, out)
 
         for r in one[(token[one] == spec.eos_id) | (rows.length[one] >= rows.limit[one])].tolist():
@@ -503,7 +505,7 @@ class _Batch:
             self.jobs[number].finished.append(rows.hypothesis(r))
         if not done:
             return [], seconds
-        self._leave(np.flatnonzero(np.isin(rows.job, done)))
+        self._leave(np.flatnonzero(np.equal.outer(rows.job, done).any(axis=1)))
         results = [(self.jobs[number].key, self._result(self.jobs.pop(number))) for number in done]
         self._tidy()
         return results, seconds

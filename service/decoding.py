@@ -87,7 +87,9 @@ _Attention = tuple[list[np.ndarray], list[np.ndarray]]  # one row's self- and cr
 class _Rows:
     """The batch's rows as arrays, entry r for cache row r. A hole (a row whose request left) has job -1."""
 
-    ARRAYS = ("job", "width", "limit", "start", "alive", "scored", "attends", "length", "score", "tokens", "token_scores")
+    ARRAYS = (
+        "job", "width", "limit", "start", "alive", "scored", "attends", "length", "score", "tokens", "token_scores",
+    )  # fmt: skip
 
     def __init__(self, n: int = 0, columns: int = 16) -> None:
         self.job = np.full(n, -1, np.int64)  # request number (BatchDecoder.jobs); -1: a hole

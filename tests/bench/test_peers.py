@@ -91,6 +91,19 @@ def test_load_statistics() -> None:
     assert peers.best_sustained([failed, point]) is point
 
 
+def test_http_ratios_name_ctranslate2_at_the_same_and_at_its_fastest_thread_count() -> None:
+    def offline(threads: int, seconds: float) -> peers.JobResult:
+        return peers.JobResult(peers.Job("ctranslate2", "float32", 1, threads), [seconds])
+
+    def curve(achieved: float) -> tuple[list[peers.LoadPoint], None]:
+        return [peers.LoadPoint(achieved, achieved, 0.1, 0.2, 0.3, 0, 100)], None
+
+    curves = {("attnserve", 1): curve(300), ("attnserve", 2): curve(400), ("FastAPI + transformers", 1): curve(30)}
+    text = peers.http_ratios(curves, [offline(1, 2.0), offline(2, 5.0)], n=1000)  # 500/s and 200/s
+    assert "- attnserve, 1 thread(s): 0.60× CTranslate2 float32 offline; 10.0× FastAPI + transformers" in text
+    assert "- attnserve, 2 thread(s): 2.00× CTranslate2 float32 offline; 0.80× its fastest (1 thread(s));" in text
+
+
 def test_poisson_plan_is_deterministic_and_near_its_rate() -> None:
     plan = peers.poisson_plan(50, 10, lambda rng: ("all", {"q": "x"}), seed=3)
     assert plan == peers.poisson_plan(50, 10, lambda rng: ("all", {"q": "x"}), seed=3)

@@ -373,11 +373,14 @@ class _Batch:
         width = np.array([0 if r.forced is not None else r.beam_size for _, r in requests])  # as _Rows.width
         rows_of = np.repeat(np.arange(len(requests)), np.maximum(width, 1))  # new row -> request index
         n, T = len(rows_of), self.self_mask.shape[1]
+        keys, values = enc.cross_keys, enc.cross_values
+        if n > len(requests):  # a beam request's k rows each get its cross keys and values
+            keys, values = ([self.tensors.take(c, rows_of) for c in caches] for caches in (keys, values))
         holes = np.flatnonzero(self.rows.job < 0)
         if len(holes) >= n and S_new <= self.encoder_mask.shape[1]:
-            slots = self._fill(holes[:n].tolist(), enc.cross_keys, enc.cross_values, mask, rows_of)
+            slots = self._fill(holes[:n].tolist(), keys, values, mask[rows_of])
         else:
-            slots = self._append(enc.cross_keys, enc.cross_values, mask, rows_of)
+            slots = self._append(keys, values, mask[rows_of])
         numbers = np.array([next(self._numbers) for _ in requests])
         for i, (key, r) in enumerate(requests):
             s = len(r.src)
@@ -393,39 +396,37 @@ class _Batch:
             rows.attention[slot] = ([], []) if requests[i][1].attention else None
         return seconds
 
-    def _fill(
-        self, slots: list[int], keys: list[Cache], values: list[Cache], mask: np.ndarray, rows_of: np.ndarray
-    ) -> list[int]:
-        """Write new rows into holes, in place: no other row's cache is copied. Their old cache slots stay, masked."""
+    def _fill(self, slots: list[int], keys: list[Cache], values: list[Cache], mask: np.ndarray) -> list[int]:
+        """Write new rows (their cross keys and values, and encoder mask) into holes, in place: no other row's cache
+        is copied. Their old cache slots stay, masked."""
         tensors, ix = self.tensors, np.array(slots, np.int64)
         S, S_new = self.encoder_mask.shape[1], mask.shape[1]
 
         def put(cache: Cache, new: Cache) -> Cache:
-            return tensors.put(cache, ix, tensors.pad(tensors.take(new, rows_of), 2, S - S_new))
+            return tensors.put(cache, ix, tensors.pad(new, 2, S - S_new))
 
         self.cross_keys = [put(c, k) for c, k in zip(self.cross_keys, keys, strict=True)]
         self.cross_values = [put(c, v) for c, v in zip(self.cross_values, values, strict=True)]
-        self.encoder_mask[ix] = np.pad(mask[rows_of], ((0, 0), (0, S - S_new)))
+        self.encoder_mask[ix] = np.pad(mask, ((0, 0), (0, S - S_new)))
         self.self_mask[ix] = 0  # the new rows own no cache slot yet
         return slots
 
-    def _append(self, keys: list[Cache], values: list[Cache], mask: np.ndarray, rows_of: np.ndarray) -> list[int]:
+    def _append(self, keys: list[Cache], values: list[Cache], mask: np.ndarray) -> list[int]:
         """Drop the holes, then add the new rows at the end (a copy of every cache)."""
         self._compact()
         tensors = self.tensors
-        n, N, T = len(rows_of), len(self.rows), self.self_mask.shape[1]
-        S_new = mask.shape[1]
+        (n, S_new), N, T = mask.shape, len(self.rows), self.self_mask.shape[1]
         S = max(S_new, self.encoder_mask.shape[1])
 
-        def join(old: Cache, new: Cache) -> Cache:  # old rows and the new rows (of enc), both padded to S
+        def join(old: Cache, new: Cache) -> Cache:  # old rows and the new rows, both padded to S
             old = tensors.pad(old, 2, S - tensors.shape(old)[2])
-            return tensors.cat(old, tensors.pad(tensors.take(new, rows_of), 2, S - S_new))
+            return tensors.cat(old, tensors.pad(new, 2, S - S_new))
 
         self.cross_keys = [join(a, b) for a, b in zip(self.cross_keys, keys, strict=True)]
         self.cross_values = [join(a, b) for a, b in zip(self.cross_values, values, strict=True)]
         S_old = self.encoder_mask.shape[1]
         self.encoder_mask = np.concatenate(
-            [np.pad(self.encoder_mask, ((0, 0), (0, S - S_old))), np.pad(mask[rows_of], ((0, 0), (0, S - S_new)))]
+            [np.pad(self.encoder_mask, ((0, 0), (0, S - S_old))), np.pad(mask, ((0, 0), (0, S - S_new)))]
         )
         self.past_keys = [tensors.pad(k, 0, n) for k in self.past_keys]  # the new rows own no slot yet
         self.past_values = [tensors.pad(v, 0, n) for v in self.past_values]

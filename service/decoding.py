@@ -169,7 +169,8 @@ class _Scores:
         m = V // nb  # whole rounds of nb tokens; the tail (V - m nb < nb tokens) joins blocks 0, 1, ...
         rows = np.flatnonzero(scored)
         self.log_norm = np.full(N, np.nan, logits.dtype)
-        self.block_max = np.full((N if len(rows) else 0, nb), np.nan, logits.dtype)  # (N, nb): each block's largest
+        # (N, nb): each block's largest logit, NaN for unscored rows; (0, nb) when no row is scored (greedy)
+        self.block_max = np.full((N if len(rows) else 0, nb), np.nan, logits.dtype)
         shifted = np.empty((min(self.ROWS, len(rows)), V), logits.dtype)
         for i in range(0, len(rows), self.ROWS):
             part = rows[i : i + self.ROWS]

@@ -88,7 +88,8 @@ class _Rows:
     """The batch's rows as arrays, entry r for cache row r. A hole (a row whose request left) has job -1."""
 
     ARRAYS = (
-        "job", "width", "limit", "start", "alive", "scored", "attends", "length", "score", "tokens", "token_scores",
+        "job", "width", "limit", "start", "alive", "scored", "attends", "length", "last", "score", "tokens",
+        "token_scores",
     )  # fmt: skip
 
     def __init__(self, n: int = 0, columns: int = 16) -> None:
@@ -99,7 +100,8 @@ class _Rows:
         self.alive = np.zeros(n, bool)  # False: a beam row before its first hypothesis (or a hole)
         self.scored = np.zeros(n, bool)  # its log-probabilities are needed (beam search, or the request asked)
         self.attends = np.zeros(n, bool)  # it collects attention rows (in ``attention``)
-        self.length = np.zeros(n, np.int64)  # tokens generated
+        self.length = np.zeros(n, np.int64)  # tokens generated (0 for a hole: its position id)
+        self.last = np.zeros(n, np.int64)  # the last token generated (decoder_start_id before the first)
         self.score = np.zeros(n)  # their summed log-probabilities (float64, summed in order like Hypothesis.score)
         self.tokens = np.zeros((n, columns), np.int64)  # [:, :length]
         self.token_scores = np.zeros((n, columns))
@@ -162,15 +164,15 @@ class _Scores:
 
     def __init__(self, logits: np.ndarray, scored: np.ndarray) -> None:
         """``scored`` (N,) bool: the rows whose log-normalizer and block maxima are needed (beam rows always;
-        greedy rows nobody asked scores of cost one argmax, and their log_norm is NaN)."""
+        greedy rows only when their request asked for scores: the others' log_norm is NaN, and a step whose rows
+        need no scores builds no _Scores at all)."""
         self.logits = logits  # (N, V); padding already -inf
         N, V = logits.shape
         nb = self.blocks
         m = V // nb  # whole rounds of nb tokens; the tail (V - m nb < nb tokens) joins blocks 0, 1, ...
-        rows = np.flatnonzero(scored)
         self.log_norm = np.full(N, np.nan, logits.dtype)
-        # (N, nb): each block's largest logit, NaN for unscored rows; (0, nb) when no row is scored (greedy)
-        self.block_max = np.full((N if len(rows) else 0, nb), np.nan, logits.dtype)
+        self.block_max = np.full((N, nb), np.nan, logits.dtype)  # (N, nb): the largest logit of each block
+        rows = np.flatnonzero(scored)
         shifted = np.empty((min(self.ROWS, len(rows)), V), logits.dtype)
         for i in range(0, len(rows), self.ROWS):
             part = rows[i : i + self.ROWS]
@@ -183,10 +185,6 @@ class _Scores:
             np.subtract(x, top[:, None], out=block)
             self.log_norm[part] = top + np.log(np.einsum("ij->i", np.exp(block, out=block)))
             self.block_max[part] = bm
-
-    def argmax(self, rows: np.ndarray) -> np.ndarray:
-        """The most likely token of each of ``rows``."""
-        return (self.logits if len(rows) == len(self.logits) else self.logits[rows]).argmax(axis=-1)
 
     def logp(self, rows: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         return self.logits[rows, tokens] - self.log_norm[rows]  # float32, as the logits
@@ -258,6 +256,28 @@ def beam_places(rows: np.ndarray, j: np.ndarray, parent: np.ndarray) -> np.ndarr
     return place
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """What a step does with a batch's rows; the same every step until rows join or leave."""
+
+    one: np.ndarray  # greedy and forced rows
+    forced: list[int]  # forced rows
+    widths: list[int]  # beam sizes of the batch's beam rows
+    scored: bool  # some row needs log-probabilities
+    attends: bool  # some row collects attention
+
+    @classmethod
+    def of(cls, rows: _Rows) -> _Plan:
+        live = rows.job >= 0
+        return cls(
+            one=np.flatnonzero(live & (rows.width <= 1)),
+            forced=np.flatnonzero(live & (rows.width == 0)).tolist(),
+            widths=np.unique(rows.width[live & (rows.width >= 2)]).tolist(),
+            scored=bool((live & rows.scored).any()),
+            attends=bool((live & rows.attends).any()),
+        )
+
+
 class _Batch:
     """Rows decoded by one decoder call a step, padded to one cache length T and one source length S.
 
@@ -276,6 +296,7 @@ class _Batch:
     def reset(self) -> None:
         """Forget every row (after a runner failure, or when the last row left)."""
         self.rows = _Rows()
+        self._plan: _Plan | None = None  # of self.rows; None when rows joined or left since
         self.jobs: dict[int, _Job] = {}  # by request number (_Rows.job)
         L, h, d_k = self.spec.n_decoder_layers, self.spec.h, self.spec.d_k
         empty = self.tensors.empty((0, h, 0, d_k))
@@ -290,6 +311,12 @@ class _Batch:
     def num_rows(self) -> int:
         """Rows that decode a request (holes not counted)."""
         return int(np.count_nonzero(self.rows.job >= 0))
+
+    @property
+    def plan(self) -> _Plan:
+        if self._plan is None:
+            self._plan = _Plan.of(self.rows)
+        return self._plan
 
     @property
     def keys(self) -> set[Hashable]:
@@ -355,6 +382,7 @@ class _Batch:
         self.self_mask = np.concatenate([self.self_mask, other.self_mask])
         self.encoder_mask = np.concatenate([self.encoder_mask, other.encoder_mask])
         self.rows.join(other.rows)
+        self._plan = None
         self.jobs.update(other.jobs)
         other.reset()
 
@@ -389,12 +417,13 @@ class _Batch:
         ix, rows = np.array(slots, np.int64), self.rows
         limit = np.array([len(r.forced) if r.forced is not None else r.max_length for _, r in requests])
         rows.job[ix], rows.width[ix], rows.limit[ix] = numbers[rows_of], width[rows_of], limit[rows_of]
-        rows.start[ix], rows.length[ix], rows.score[ix] = T, 0, 0.0
+        rows.start[ix], rows.length[ix], rows.last[ix], rows.score[ix] = T, 0, self.spec.decoder_start_id, 0.0
         rows.alive[ix] = np.r_[True, rows_of[1:] != rows_of[:-1]]  # a request's first row
         rows.scored[ix] = (np.array([r.scores for _, r in requests]) | (width >= 2))[rows_of]
         rows.attends[ix] = np.array([r.attention for _, r in requests])[rows_of]
         for slot, i in zip(slots, rows_of.tolist(), strict=True):
             rows.attention[slot] = ([], []) if requests[i][1].attention else None
+        self._plan = None
         return seconds
 
     def _fill(self, slots: list[int], keys: list[Cache], values: list[Cache], mask: np.ndarray) -> list[int]:
@@ -444,62 +473,63 @@ class _Batch:
 
     def _leave(self, ix: np.ndarray) -> None:
         """Rows ``ix`` become holes; a hole attends to nothing but its newest slot."""
-        self.rows.job[ix] = -1
+        self.rows.job[ix], self.rows.length[ix] = -1, 0
         self.rows.alive[ix] = self.rows.attends[ix] = False
+        self._plan = None
         self.self_mask[ix] = 0
         for i in ix.tolist():
             self.rows.attention[i] = None
 
     def step(self) -> tuple[list[tuple[Hashable, DecodeResult]], float]:
         """One decoder call for every row; returns the requests that finished and the decoder seconds."""
-        rows, spec = self.rows, self.spec
-        live = rows.job >= 0
-        if not live.any():
+        rows, spec, plan = self.rows, self.spec, self.plan
+        if not (len(plan.one) or plan.widths):
             return [], 0.0
         N = len(rows)
-        everyone = np.arange(N)
-        started = live & (rows.length > 0)
-        last = np.where(started, rows.tokens[everyone, np.maximum(rows.length - 1, 0)], spec.decoder_start_id)
         self_mask = np.concatenate([self.self_mask, np.ones((N, 1), np.int64)], axis=1)
         t0 = time.perf_counter()
-        out = self._decoder_step(last[:, None], np.where(live, rows.length, 0)[:, None], self_mask)
+        out = self._decoder_step(rows.last[:, None], rows.length[:, None], self_mask)
         seconds = time.perf_counter() - t0
         self.past_keys, self.past_values, self.self_mask = out.present_keys, out.present_values, self_mask
         logits = out.logits.astype(np.float32, copy=False)  # float16 graphs would give float16
         logits[:, spec.pad_id] = -np.inf  # never emit padding
-        scores = _Scores(logits, rows.scored)
+        scores = _Scores(logits, rows.scored) if plan.scored else None
 
         # Each live row's next token and the row it continues (its parent: itself, or a beam of its request).
-        parent, token = everyone.copy(), np.zeros(N, np.int64)
-        stepped = np.zeros(N, bool)  # rows holding a continued hypothesis after this step
+        token = np.zeros(N, np.int64)
         done: list[int] = []  # request numbers finished in this step
         finals: list[tuple[int, int]] = []  # (request number, new row) hypotheses that finish at max_length
-        one = np.flatnonzero(live & (rows.width <= 1))  # greedy and forced rows
-        token[one] = scores.argmax(one)
-        for r in one[rows.width[one] == 0].tolist():
+        one = plan.one  # greedy and forced rows
+        token[one] = (logits if len(one) == N else logits[one]).argmax(axis=-1)
+        for r in plan.forced:
             forced = self.jobs[int(rows.job[r])].request.forced
             assert forced is not None
             token[r] = forced[rows.length[r]]
-        stepped[one] = True
-        if (wide := live & (rows.width >= 2)).any():
-            for k in np.unique(rows.width[wide]).tolist():
+        ix, parent = one, None  # the rows that hold a continued hypothesis after this step, and their parents
+        if plan.widths:
+            assert scores is not None, "beam rows are scored"
+            everyone = np.arange(N)
+            parent, stepped = everyone.copy(), np.zeros(N, bool)
+            stepped[one] = True
+            for k in plan.widths:
                 self._beam(k, scores, out, parent, token, stepped, done, finals)
-
-        ix = np.flatnonzero(stepped)
-        logp = scores.logp(parent[ix], token[ix])
-        if len(moved := np.flatnonzero(parent != everyone)):  # beam rows that continue another row's hypothesis
-            src, put, take = parent[moved], self.tensors.put, self.tensors.take
-            rows.move(moved, src)
-            self.past_keys = [put(k, moved, take(k, src)) for k in self.past_keys]
-            self.past_values = [put(v, moved, take(v, src)) for v in self.past_values]
+            ix = np.flatnonzero(stepped)
+            if len(moved := np.flatnonzero(parent != everyone)):  # rows that continue another row's hypothesis
+                src, put, take = parent[moved], self.tensors.put, self.tensors.take
+                rows.move(moved, src)
+                self.past_keys = [put(k, moved, take(k, src)) for k in self.past_keys]
+                self.past_values = [put(v, moved, take(v, src)) for v in self.past_values]
+            rows.alive = stepped  # a beam row that got no child holds no hypothesis until it gets one
+        parents = ix if parent is None else parent[ix]  # the logits rows the tokens come from
+        logp = scores.logp(parents, token[ix]) if scores is not None else np.full(len(ix), np.nan, np.float32)
         n = rows.length[ix]
         rows.reserve(self_mask.shape[1])  # a row generates one token a cache slot it owns
         rows.tokens[ix, n], rows.token_scores[ix, n] = token[ix], logp
+        rows.last[ix] = token[ix]
         rows.score[ix] += logp
         rows.length[ix] += 1
-        rows.alive = stepped  # a beam row that got no child holds no hypothesis until it gets one
-        if rows.attends.any():
-            self._attend(rows, parent, ix, out)
+        if plan.attends:
+            self._attend(ix, parents, out)
 
         for r in one[(token[one] == spec.eos_id) | (rows.length[one] >= rows.limit[one])].tolist():
             number = int(rows.job[r])
@@ -602,12 +632,14 @@ class _Batch:
         start = int(self.rows.start[r])
         return out.self_attentions[:, r, :, start:].copy(), out.cross_attentions[:, r, :, :source].copy()
 
-    def _attend(self, new: _Rows, parent: np.ndarray, ix: np.ndarray, out: StepOutput) -> None:
-        """Append this step's attention rows (of each row's parent) to the rows that collect attention."""
-        for i in ix.tolist():
-            if (attention := new.attention[i]) is not None:
-                self_row, cross_row = self._attention_rows(out, int(parent[i]))
-                new.attention[i] = ([*attention[0], self_row], [*attention[1], cross_row])
+    def _attend(self, ix: np.ndarray, parents: np.ndarray, out: StepOutput) -> None:
+        """Append this step's attention rows to those of rows ``ix`` that collect attention, each computed in its
+        parent's row (``parents``, this step's rows)."""
+        rows = self.rows
+        for i, p in zip(ix.tolist(), parents.tolist(), strict=True):
+            if (attention := rows.attention[i]) is not None:
+                self_row, cross_row = self._attention_rows(out, p)
+                rows.attention[i] = ([*attention[0], self_row], [*attention[1], cross_row])
 
     def _result(self, job: _Job) -> DecodeResult:
         lp = job.request.length_penalty
@@ -637,6 +669,7 @@ class _Batch:
         self.cross_values = [take(v, ix) for v in self.cross_values]
         self.encoder_mask = self.encoder_mask[ix]
         self.rows = self.rows.take(ix)
+        self._plan = None
 
     def _trim(self) -> None:
         """Drop cache slots no live row owns any more, and source columns no live row needs (only when it is worth

@@ -115,21 +115,23 @@ def test_metrics_token(make_server: ServerFactory) -> None:
 
 
 def test_a_caller_that_went_away_frees_its_rows(make_server: ServerFactory) -> None:
-    server = make_server(max_batch_size=4, max_wait_ms=0)
+    server = make_server(max_batch_size=1, max_wait_ms=0)  # one text at a time: far longer than the 0.3 s timeout
     body = {**OK, "q": ["Delete the selected files?"] * 48, "max_length": 250}  # random weights: no early </s>
 
-    def active() -> float:
+    def busy() -> float:
+        """Rows being decoded and texts queued: between two texts no row is active, but the queue is not empty."""
         with server.client() as c:
-            line = next(ln for ln in c.get("/metrics").text.splitlines() if ln.startswith("attnserve_active_sequences"))
-        return float(line.split()[1])
+            lines = c.get("/metrics").text.splitlines()
+        gauges = ("attnserve_active_sequences ", "attnserve_queue_depth ")
+        return sum(float(ln.split()[1]) for ln in lines if ln.startswith(gauges))
 
     with pytest.raises(httpx.ReadTimeout), server.client(timeout=0.3) as c:
         c.post("/translate", json=body)
     for _ in range(100):  # the route polls for the disconnect every 0.25 s
-        if active() == 0:
+        if busy() == 0:
             break
         time.sleep(0.05)
-    assert active() == 0
+    assert busy() == 0
     still_serving(server)
 
 

@@ -36,7 +36,7 @@ def samples(text: str) -> dict[str, float]:
 
 
 def test_every_metric_is_nonzero_after_traffic(make_server: ServerFactory) -> None:
-    server = make_server(max_batch_size=4, queue_size=8, max_wait_ms=10)
+    server = make_server(max_batch_size=1, queue_size=8, max_wait_ms=10)  # one text at a time: the queue stays full
     body = {"q": "Delete the selected files?", "source": "en", "target": "ja", "max_length": 100}
 
     async def traffic() -> tuple[list[httpx.Response], dict[str, float]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import numpy as np
 import pytest
@@ -105,8 +106,16 @@ def test_queue_full_and_deadline() -> None:
     assert isinstance(result, DeadlineExceeded)
 
 
+class SlowRunner(CountingRunner):
+    """A millisecond a step: long enough for the event loop to see a request being decoded."""
+
+    def step(self, *args):  # type: ignore[no-untyped-def]
+        time.sleep(0.001)
+        return super().step(*args)
+
+
 def test_cancelled_request_frees_its_rows() -> None:
-    runner = CountingRunner()
+    runner = SlowRunner()
     scheduler = Scheduler(BatchDecoder(runner), max_wait_ms=0)  # type: ignore[arg-type]
 
     async def go() -> int:
@@ -114,7 +123,7 @@ def test_cancelled_request_frees_its_rows() -> None:
         try:
             long = DecodeRequest(src=[2] + [3] * 60 + [0], max_length=64)
             (future,) = scheduler.submit_many([long], 10)
-            while scheduler.active_sequences == 0:
+            while scheduler.active_sequences == 0 and not future.done():
                 await asyncio.sleep(0.001)
             future.cancel()
             for _ in range(100):

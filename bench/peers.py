@@ -711,7 +711,7 @@ def http_ratios(
     ct2 = {(r.job.compute, r.job.threads): n / r.median_seconds for r in offline
            if r.job.engine == "ctranslate2" and r.job.beam == 1}  # fmt: skip
     fastest = {compute: max((rate, threads) for (c, threads), rate in ct2.items() if c == compute)
-               for compute, _ in ct2}  # fmt: skip
+               for compute in {c for c, _ in ct2}}  # fmt: skip
     lines = []
     for (name, threads), (points, _) in curves.items():
         best = best_sustained(points)

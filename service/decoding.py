@@ -88,8 +88,7 @@ class _Rows:
     """The batch's rows as arrays, entry r for cache row r. A hole (a row whose request left) has job -1."""
 
     ARRAYS = (
-        "job", "width", "limit", "start", "alive", "scored", "attends", "length", "last", "score", "tokens",
-        "token_scores",
+        "job", "width", "limit", "start", "alive", "scored", "length", "last", "score", "tokens", "token_scores",
     )  # fmt: skip
 
     def __init__(self, n: int = 0, columns: int = 16) -> None:
@@ -99,7 +98,6 @@ class _Rows:
         self.start = np.zeros(n, np.int64)  # first cache slot this row owns
         self.alive = np.zeros(n, bool)  # False: a beam row before its first hypothesis (or a hole)
         self.scored = np.zeros(n, bool)  # its log-probabilities are needed (beam search, or the request asked)
-        self.attends = np.zeros(n, bool)  # it collects attention rows (in ``attention``)
         self.length = np.zeros(n, np.int64)  # tokens generated (0 for a hole: its position id)
         self.last = np.zeros(n, np.int64)  # the last token generated (decoder_start_id before the first)
         self.score = np.zeros(n)  # their summed log-probabilities (float64, summed in order like Hypothesis.score)
@@ -274,7 +272,7 @@ class _Plan:
             forced=np.flatnonzero(live & (rows.width == 0)).tolist(),
             widths=np.unique(rows.width[live & (rows.width >= 2)]).tolist(),
             scored=bool((live & rows.scored).any()),
-            attends=bool((live & rows.attends).any()),
+            attends=any(a is not None for a in rows.attention),  # a hole's is None
         )
 
 
@@ -420,7 +418,6 @@ class _Batch:
         rows.start[ix], rows.length[ix], rows.last[ix], rows.score[ix] = T, 0, self.spec.decoder_start_id, 0.0
         rows.alive[ix] = np.r_[True, rows_of[1:] != rows_of[:-1]]  # a request's first row
         rows.scored[ix] = (np.array([r.scores for _, r in requests]) | (width >= 2))[rows_of]
-        rows.attends[ix] = np.array([r.attention for _, r in requests])[rows_of]
         for slot, i in zip(slots, rows_of.tolist(), strict=True):
             rows.attention[slot] = ([], []) if requests[i][1].attention else None
         self._plan = None
@@ -474,7 +471,7 @@ class _Batch:
     def _leave(self, ix: np.ndarray) -> None:
         """Rows ``ix`` become holes; a hole attends to nothing but its newest slot."""
         self.rows.job[ix], self.rows.length[ix] = -1, 0
-        self.rows.alive[ix] = self.rows.attends[ix] = False
+        self.rows.alive[ix] = False
         self._plan = None
         self.self_mask[ix] = 0
         for i in ix.tolist():

@@ -29,7 +29,7 @@ import torch
 from onnx import numpy_helper
 from torch import Tensor, nn
 
-from model.transformer import KV, Transformer, TransformerConfig, attention, padding_mask
+from model.transformer import KV, Transformer, TransformerConfig, attention, padding_mask, segment_mask
 from service.bundle import FORMAT, sha256
 
 log = logging.getLogger(__name__)
@@ -43,15 +43,19 @@ GRAPHS = ("encoder.onnx", "decoder.onnx")
 
 
 class EncoderGraph(nn.Module):
-    """encoder.onnx: (input_ids, attention_mask) -> encoder_attentions, then per decoder layer its cross keys and
-    values (the encoder output projected by that layer's encoder-decoder attention)."""
+    """encoder.onnx: (input_ids, attention_mask, position_ids) -> encoder_attentions, then per decoder layer its
+    cross keys and values (the encoder output projected by that layer's encoder-decoder attention).
+
+    attention_mask holds segment numbers (:func:`~model.transformer.segment_mask`): 0 for padding, 1 for a row of one
+    text, 1, 2, ... for the texts packed into one row, each with its own position_ids from 0.
+    """
 
     def __init__(self, model: Transformer) -> None:
         super().__init__()
         self.model = model
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> tuple[Tensor, ...]:
-        memory, weights = self.model.encode(input_ids, padding_mask(attention_mask))
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor) -> tuple[Tensor, ...]:
+        memory, weights = self.model.encode(input_ids, segment_mask(attention_mask), position_ids)
         memory_kv = self.model.memory_kv(memory)
         return (
             torch.stack(weights),  # (L_enc, B, h, S, S)
@@ -197,7 +201,7 @@ def fuse_attention(path: Path, h: int) -> None:
     onnx.save(graph, str(path))
 
 
-ENCODER_INPUTS = ["input_ids", "attention_mask"]
+ENCODER_INPUTS = ["input_ids", "attention_mask", "position_ids"]
 
 
 def encoder_outputs(L: int) -> list[str]:
@@ -228,18 +232,22 @@ def decoder_feed(step: dict[str, np.ndarray], cross: Sequence[np.ndarray]) -> di
 
 
 def example_inputs(c: TransformerConfig, B: int = 3, S: int = 7, T: int = 4, seed: int = 0) -> dict[str, Any]:
-    """A padded batch of different source lengths and a decoder step with a partly masked cache (numpy, int64)."""
+    """A padded batch of different source lengths, its last row two texts packed (S ≥ 6), and a decoder step with a
+    partly masked cache (numpy, int64)."""
     rng = np.random.default_rng(seed)
     lengths = np.linspace(S, 2, B).astype(np.int64)  # the first sequence is the longest
+    lengths[-1] = 5  # the last row: texts of 3 and 2 tokens
     input_ids = rng.integers(2, c.vocab_size - 1, size=(B, S)).astype(np.int64)
     mask = (np.arange(S)[None] < lengths[:, None]).astype(np.int64)
     input_ids = np.where(mask == 1, input_ids, c.pad_id)
     input_ids[np.arange(B), lengths - 1] = c.eos_id
+    segments, positions = mask.copy(), np.broadcast_to(np.arange(S), (B, S)).copy()
+    segments[-1, 3:5], positions[-1, 3:5], input_ids[-1, 2] = 2, [0, 1], c.eos_id
     self_mask = np.ones((B, T + 1), dtype=np.int64)
     self_mask[1:, : T // 2] = 0  # later sequences joined the batch late: their first cache slots are padding
     L, h, d_k = c.n_decoder_layers, c.h, c.d_k
     return {
-        "encoder": {"input_ids": input_ids, "attention_mask": mask},
+        "encoder": {"input_ids": input_ids, "attention_mask": segments, "position_ids": positions},
         "decoder": {
             "input_ids": rng.integers(2, c.vocab_size - 1, size=(B, 1)).astype(np.int64),
             "position_ids": np.full((B, 1), T, dtype=np.int64),
@@ -311,6 +319,7 @@ def export_graphs(model: Transformer, out_dir: Path) -> None:
         {
             "input_ids": {0: B, 1: S},
             "attention_mask": {0: B, 1: S},
+            "position_ids": {0: B, 1: S},
             "encoder_attentions": {1: B, 3: S, 4: S},
             **{f"cross_{kind}.{l}": {0: B, 2: S} for kind in ("keys", "values") for l in range(L)},
         },

@@ -186,7 +186,7 @@ class EncoderLayer(nn.Module):
         self.sublayer = nn.ModuleList([Sublayer(c.d_model, c.dropout, c.normalize_before) for _ in range(2)])
 
     def forward(self, x: Tensor, src_mask: Tensor) -> tuple[Tensor, Tensor]:
-        """x (B, S, d_model), src_mask (B, 1, 1, S) -> x, self-attention weights (B, h, S, S)."""
+        """x (B, S, d_model), src_mask (B, 1, 1 or S, S) -> x, self-attention weights (B, h, S, S)."""
 
         def self_attention(y: Tensor) -> tuple[Tensor, Tensor]:
             return self.self_attn(y, *self.self_attn.project_kv(y), src_mask)
@@ -294,6 +294,19 @@ def padding_mask(attention_mask: Tensor) -> Tensor:
     return (attention_mask != 0)[:, None, None, :]
 
 
+def segment_mask(segments: Tensor) -> Tensor:
+    """(B, S) with 0 for padding and n > 0 for the tokens of the row's n-th text -> bool (B, 1, S, S).
+
+    A row may hold several texts one after another (packed, no padding between them): a token attends to the real
+    tokens of its own text only, so each text is encoded as if it were alone. A padding query attends to every real
+    key, so a row of one text (segments 0/1) gets exactly :func:`padding_mask`.
+    """
+    real_key = (segments != 0)[:, None, :]  # (B, 1, S)
+    own_text = segments[:, :, None] == segments[:, None, :]  # (B, S, S): query i and key j in one text
+    padding_query = (segments == 0)[:, :, None]  # (B, S, 1)
+    return (real_key & (own_text | padding_query))[:, None]
+
+
 def causal_mask(T: int, device: torch.device | None = None) -> Tensor:
     """bool (1, 1, T, T): position i may attend to positions ≤ i, never to a later one (§3.2.3)."""
     return torch.ones(T, T, dtype=torch.bool, device=device).tril()[None, None]
@@ -318,9 +331,15 @@ class Transformer(nn.Module):
         if c.tie_embeddings:
             self.generator.proj.weight = src_lut.weight
 
-    def encode(self, src: Tensor, src_mask: Tensor) -> tuple[Tensor, list[Tensor]]:
-        """src (B, S) token ids, src_mask (B, 1, 1, S) -> memory (B, S, d_model), L weights (B, h, S, S)."""
-        positions = torch.arange(src.size(1), device=src.device).expand_as(src)  # (B, S)
+    def encode(
+        self, src: Tensor, src_mask: Tensor, positions: Tensor | None = None
+    ) -> tuple[Tensor, list[Tensor]]:
+        """src (B, S) token ids, src_mask (B, 1, 1 or S, S) -> memory (B, S, d_model), L weights (B, h, S, S).
+
+        positions (B, S): each token's position in its text; default 0, 1, ... along the row.
+        """
+        if positions is None:
+            positions = torch.arange(src.size(1), device=src.device).expand_as(src)  # (B, S)
         x = self.src_embed(src, positions)
         weights = []
         for layer in self.encoder_layers:

@@ -10,7 +10,7 @@ from typing import Any
 
 import sentencepiece as spm
 
-FORMAT = "attnserve-bundle/2"
+FORMAT = "attnserve-bundle/3"
 
 
 class BundleError(ValueError):

@@ -272,9 +272,10 @@ class Runner:
         values = binding.get_outputs()
         return [v if name in self._caches else v.numpy() for name, v in zip(outputs, values, strict=True)]
 
-    def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> EncoderOutput:
-        """input_ids, attention_mask (B, S) int64 -> encoder attentions and each decoder layer's cross keys/values."""
-        feed = {"input_ids": input_ids, "attention_mask": attention_mask}
+    def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray, position_ids: np.ndarray) -> EncoderOutput:
+        """input_ids, attention_mask, position_ids (B, S) int64 -> encoder attentions and each decoder layer's cross
+        keys/values. attention_mask numbers the texts of a row (0: padding); a text's positions start at 0."""
+        feed = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids}
         attentions, *cross = self._run(self.encoder, self._encoder_outputs, feed)
         L = self.spec.n_decoder_layers
         return EncoderOutput(attentions, cross[:L], cross[L:])

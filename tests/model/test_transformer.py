@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from model.transformer import MultiHeadAttention, causal_mask, greedy_decode, padding_mask
+from model.transformer import MultiHeadAttention, causal_mask, greedy_decode, padding_mask, segment_mask
 from tests.bundles import tiny_model
 
 
@@ -57,6 +57,25 @@ def test_masks_give_exact_zeros_and_rows_sum_to_one(model_and_batch: tuple) -> N
         assert torch.all(w.permute(0, 3, 1, 2)[padded] == 0), "a padded source position got weight"
     for w in [*enc_w, *self_w, *cross_w]:
         torch.testing.assert_close(w.sum(-1), torch.ones_like(w.sum(-1)), atol=1e-5, rtol=0)
+
+
+def test_texts_packed_in_one_row_are_encoded_as_if_alone(model_and_batch: tuple) -> None:
+    model, src, am, _ = model_and_batch
+    a, b = src[0, :6], src[1, :3]  # both real tokens only
+    packed = torch.cat([a, b, torch.tensor([59, 59])])[None]  # (1, 11): a, b, padding
+    segments = torch.tensor([[1] * 6 + [2] * 3 + [0] * 2])
+    positions = torch.tensor([[*range(6), *range(3), 0, 0]])
+    memory, weights = model.encode(packed, segment_mask(segments), positions)
+    for text, span in ((a, slice(0, 6)), (b, slice(6, 9))):
+        alone, alone_weights = model.encode(text[None], padding_mask(torch.ones_like(text)[None]))
+        torch.testing.assert_close(memory[:, span], alone, atol=1e-5, rtol=0)
+        for w, w_alone in zip(weights, alone_weights, strict=True):
+            torch.testing.assert_close(w[:, :, span, span], w_alone, atol=1e-6, rtol=0)
+            others = torch.ones(packed.size(1), dtype=torch.bool)
+            others[span] = False
+            assert torch.all(w[:, :, span][..., others] == 0), "a text attended to another one or to padding"
+    # Numbered 0/1, a padded row's mask is the plain padding mask (for real and padding queries alike).
+    assert torch.equal(segment_mask(am).expand(-1, -1, am.size(1), -1), padding_mask(am).expand(-1, -1, am.size(1), -1))
 
 
 def test_cached_steps_equal_teacher_forcing(model_and_batch: tuple) -> None:

@@ -102,7 +102,8 @@ def test_forced_target_and_cross_attention_equal_the_onnx_steps(server: Server, 
     enc = ort.InferenceSession(str(bundle.graph("encoder")), providers=["CPUExecutionProvider"])
     dec = ort.InferenceSession(str(bundle.graph("decoder")), providers=["CPUExecutionProvider"])
     src = np.array([bundle.tokenizer.encode_source("Delete the selected files?")], np.int64)
-    _, *cross = enc.run(None, {"input_ids": src, "attention_mask": np.ones_like(src)})
+    positions = np.arange(src.shape[1])[None]
+    _, *cross = enc.run(None, {"input_ids": src, "attention_mask": np.ones_like(src), "position_ids": positions})
     spec = bundle.spec
     L = spec.n_decoder_layers
     ck, cv = cross[:L], cross[L:]

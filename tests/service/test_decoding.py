@@ -1,4 +1,5 @@
-"""The step scores of service/decoding.py: log-probabilities without the (N, V) array, and exact beam candidates."""
+"""The step scores of service/decoding.py: log-probabilities without the (N, V) array, exact beam candidates, and
+the packing of sources into encoder rows."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 
 from service.bundle import ModelSpec
-from service.decoding import BatchDecoder, DecodeRequest, DecodeResult, _Scores, beam_places, beam_top
+from service.decoding import BatchDecoder, DecodeRequest, DecodeResult, _Scores, beam_places, beam_top, pack
 from service.runner import StepOutput
 from tests.service.fake_runner import FakeRunner
 
@@ -60,6 +61,22 @@ def test_beam_children_stay_in_their_parents_rows() -> None:
     assert all(p in rows[q] for q, p in zip(j.tolist(), place.tolist(), strict=True)), "in its request's rows"
     assert place[[0, 2, 3, 5]].tolist() == [7, 4, 6, 5], "a parent's first child stays: no cache copied"
     assert place[1] == 0 and place[4] in (1, 2)  # the others take rows whose hypotheses got no child
+
+
+def test_pack_fills_rows_longest_first_and_packs_only_when_it_saves_tokens() -> None:
+    lengths = np.array([3, 30, 5, 2, 28])
+    row, start = pack(lengths, 32)
+    # 30 and 28 open rows 0 and 1; 5 fits neither (35, 33 > 32) and opens row 2; 3 goes after 28; 2 after 30.
+    assert row.tolist() == [1, 0, 2, 0, 1] and start.tolist() == [28, 0, 0, 30, 0]
+    for r in range(3):  # no text overlaps another or the row's end
+        spans = sorted((int(start[i]), int(start[i] + lengths[i])) for i in np.flatnonzero(row == r))
+        assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:])) and spans[-1][1] <= 32
+    row, start = pack(np.array([7, 8, 8]))  # 23 tokens in one row instead of 3 × 8 padded
+    assert row.tolist() == [0, 0, 0] and sorted(start.tolist()) == [0, 8, 16]
+    # A row each (20 + 20 > 32; 3 + 40 > 40), or packed no cheaper than padded (2 rows × 20 > 3 × 10): one a row.
+    for lengths, width in (([20, 20], 32), ([40, 3], 32), ([10, 10, 10], 20)):
+        row, start = pack(np.array(lengths), width)
+        assert row.tolist() == list(range(len(lengths))) and not start.any()
 
 
 def test_only_scored_rows_get_log_probabilities() -> None:

@@ -14,7 +14,7 @@ import onnxruntime as ort
 import pytest
 
 from service.bundle import load_bundle
-from service.decoding import BatchDecoder, DecodeRequest, DecodeResult, _Batch, decode
+from service.decoding import BatchDecoder, DecodeRequest, DecodeResult, _Batch, decode, pack
 from service.runner import CPU, DeviceTensors, HostTensors, Runner, keep_freed_memory
 
 
@@ -99,6 +99,29 @@ def test_io_binding_gives_the_same_tokens_scores_and_attention(tiny_bundle: Path
             rows_a, rows_b = ha.cross_attention + ha.self_attention, hb.cross_attention + hb.self_attention
             for x, y in zip(rows_a, rows_b, strict=True):
                 np.testing.assert_allclose(x, y, atol=atol)
+
+
+def test_packed_sources_give_every_text_its_own_answer(tiny_bundle: Path) -> None:
+    """Texts of different lengths share encoder rows (one admission): tokens, scores and every attention row are
+    those of each text decoded alone."""
+    bundle = load_bundle(tiny_bundle)
+    tok = bundle.tokenizer
+    texts = ["Print the document in this window now", "Open", "Delete the selected files?", "Save as", "Close"]
+    requests = [
+        DecodeRequest(src=tok.encode_source(t), beam_size=b, max_length=6, n_best=b, attention=True)
+        for t, b in zip(texts, [1, 2, 1, 3, 1], strict=True)
+    ]
+    row, _ = pack(np.array([len(r.src) for r in requests]))
+    assert row.max() + 1 < len(requests), "the texts were not packed"
+    runner = Runner(bundle, "cpu")
+    together, alone = decode(runner, requests), [decode(runner, [r])[0] for r in requests]
+    for a, b in zip(together, alone, strict=True):
+        np.testing.assert_allclose(a.encoder_attention, b.encoder_attention, atol=1e-6)
+        assert [h.tokens for h in a.hypotheses] == [h.tokens for h in b.hypotheses]
+        for ha, hb in zip(a.hypotheses, b.hypotheses, strict=True):
+            np.testing.assert_allclose(ha.token_scores, hb.token_scores, atol=1e-5)
+            for x, y in zip(ha.cross_attention + ha.self_attention, hb.cross_attention + hb.self_attention, strict=True):
+                np.testing.assert_allclose(x, y, atol=1e-5)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt: Linux only")

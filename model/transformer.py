@@ -331,9 +331,7 @@ class Transformer(nn.Module):
         if c.tie_embeddings:
             self.generator.proj.weight = src_lut.weight
 
-    def encode(
-        self, src: Tensor, src_mask: Tensor, positions: Tensor | None = None
-    ) -> tuple[Tensor, list[Tensor]]:
+    def encode(self, src: Tensor, src_mask: Tensor, positions: Tensor | None = None) -> tuple[Tensor, list[Tensor]]:
         """src (B, S) token ids, src_mask (B, 1, 1 or S, S) -> memory (B, S, d_model), L weights (B, h, S, S).
 
         positions (B, S): each token's position in its text; default 0, 1, ... along the row.

@@ -429,8 +429,8 @@ class _Batch:
         segments = np.zeros_like(ids)
         positions = np.tile(np.arange(W), (len(ids), 1))  # padding too, as an unpacked batch always had
         for i, (_, r) in enumerate(requests):
-            text = (row[i], slice(start[i], start[i] + lengths[i]))
-            ids[text], segments[text], positions[text] = r.src, i + 1, np.arange(lengths[i])
+            at = (row[i], slice(start[i], start[i] + lengths[i]))
+            ids[at], segments[at], positions[at] = r.src, i + 1, np.arange(lengths[i])
         t0 = time.perf_counter()
         enc = self.runner.encode(ids, segments, positions)
         seconds = time.perf_counter() - t0
@@ -441,9 +441,9 @@ class _Batch:
         n, T = len(rows_of), self.self_mask.shape[1]
         keys, values = enc.cross_keys, enc.cross_values
         if len(ids) < len(requests):  # packed: each new row's text out of its encoder row; masked slots past its end
-            at_row = row[rows_of][:, None]
-            at = np.minimum(start[rows_of][:, None] + np.arange(S_new), W - 1)  # (n, S_new) positions in the row
-            keys, values = ([np.ascontiguousarray(c[at_row, :, at].transpose(0, 2, 1, 3)) for c in caches]
+            of_row = row[rows_of][:, None]
+            in_row = np.minimum(start[rows_of][:, None] + np.arange(S_new), W - 1)  # (n, S_new) positions in it
+            keys, values = ([np.ascontiguousarray(c[of_row, :, in_row].transpose(0, 2, 1, 3)) for c in caches]
                             for caches in (keys, values))  # fmt: skip
         elif n > len(requests):  # a beam request's k rows each get its cross keys and values
             keys, values = ([self.tensors.take(c, rows_of) for c in caches] for caches in (keys, values))
@@ -454,8 +454,8 @@ class _Batch:
             slots = self._append(keys, values, mask[rows_of])
         numbers = np.array([next(self._numbers) for _ in requests])
         for i, (key, r) in enumerate(requests):
-            text = slice(start[i], start[i] + lengths[i])
-            attention = enc.attentions[:, row[i], :, text, text].copy() if r.attention else None
+            span = slice(start[i], start[i] + lengths[i])
+            attention = enc.attentions[:, row[i], :, span, span].copy() if r.attention else None
             self.jobs[int(numbers[i])] = _Job(key, r, attention)
         ix, rows = np.array(slots, np.int64), self.rows
         limit = np.array([len(r.forced) if r.forced is not None else r.max_length for _, r in requests])

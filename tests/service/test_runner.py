@@ -120,7 +120,9 @@ def test_packed_sources_give_every_text_its_own_answer(tiny_bundle: Path) -> Non
         assert [h.tokens for h in a.hypotheses] == [h.tokens for h in b.hypotheses]
         for ha, hb in zip(a.hypotheses, b.hypotheses, strict=True):
             np.testing.assert_allclose(ha.token_scores, hb.token_scores, atol=1e-5)
-            for x, y in zip(ha.cross_attention + ha.self_attention, hb.cross_attention + hb.self_attention, strict=True):
+            for x, y in zip(
+                ha.cross_attention + ha.self_attention, hb.cross_attention + hb.self_attention, strict=True
+            ):
                 np.testing.assert_allclose(x, y, atol=1e-5)
 
 

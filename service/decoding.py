@@ -448,7 +448,7 @@ class _Batch:
         elif n > len(requests):  # a beam request's k rows each get its cross keys and values
             keys, values = ([self.tensors.take(c, rows_of) for c in caches] for caches in (keys, values))
         holes = np.flatnonzero(self.rows.job < 0)
-        if len(holes) >= n and S_new <= self.encoder_mask.shape[1]:
+        if len(holes) >= n:
             slots = self._fill(holes[:n].tolist(), keys, values, mask[rows_of])
         else:
             slots = self._append(keys, values, mask[rows_of])
@@ -461,7 +461,7 @@ class _Batch:
         limit = np.array([len(r.forced) if r.forced is not None else r.max_length for _, r in requests])
         rows.job[ix], rows.width[ix], rows.limit[ix] = numbers[rows_of], width[rows_of], limit[rows_of]
         rows.start[ix], rows.length[ix], rows.last[ix], rows.score[ix] = T, 0, self.spec.decoder_start_id, 0.0
-        rows.alive[ix] = np.r_[True, rows_of[1:] != rows_of[:-1]]  # a request's first row
+        rows.alive[ix] = np.concatenate([[True], rows_of[1:] != rows_of[:-1]])  # a request's first row
         rows.scored[ix] = (np.array([r.scores for _, r in requests]) | (width >= 2))[rows_of]
         for slot, i in zip(slots, rows_of.tolist(), strict=True):
             rows.attention[slot] = ([], []) if requests[i][1].attention else None
@@ -469,17 +469,19 @@ class _Batch:
         return seconds
 
     def _fill(self, slots: list[int], keys: list[Cache], values: list[Cache], mask: np.ndarray) -> list[int]:
-        """Write new rows (their cross keys and values, and encoder mask) into holes, in place: no other row's cache
-        is copied. Their old cache slots stay, masked."""
+        """Write new rows (their cross keys and values, and encoder mask) into holes, in place: no other row's
+        self-attention cache is copied (the cross caches are, once, when a new source is longer than S). Their old
+        cache slots stay, masked."""
         tensors, ix = self.tensors, np.array(slots, np.int64)
         S, S_new = self.encoder_mask.shape[1], mask.shape[1]
-
-        def put(cache: Cache, new: Cache) -> Cache:
-            return tensors.put(cache, ix, tensors.pad(new, 2, S - S_new))
-
-        self.cross_keys = [put(c, k) for c, k in zip(self.cross_keys, keys, strict=True)]
-        self.cross_values = [put(c, v) for c, v in zip(self.cross_values, values, strict=True)]
-        self.encoder_mask[ix] = np.pad(mask, ((0, 0), (0, S - S_new)))
+        if S_new > S:
+            self.cross_keys = [tensors.pad(k, 2, S_new - S) for k in self.cross_keys]
+            self.cross_values = [tensors.pad(v, 2, S_new - S) for v in self.cross_values]
+            self.encoder_mask = np.concatenate([self.encoder_mask, np.zeros((len(self.rows), S_new - S), np.int64)], 1)
+        self.cross_keys = [tensors.put(c, ix, k) for c, k in zip(self.cross_keys, keys, strict=True)]
+        self.cross_values = [tensors.put(c, ix, v) for c, v in zip(self.cross_values, values, strict=True)]
+        self.encoder_mask[ix] = 0
+        self.encoder_mask[ix, :S_new] = mask
         self.self_mask[ix] = 0  # the new rows own no cache slot yet
         return slots
 

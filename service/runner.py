@@ -92,7 +92,9 @@ class Tensors(Protocol):
     def cat(self, x: Cache, y: Cache) -> Cache: ...  # x and y's rows
     def pad(self, x: Cache, axis: int, n: int, front: bool = False) -> Cache: ...  # n zeros added along axis
     def narrow(self, x: Cache, axis: int, start: int, stop: int) -> Cache: ...  # x[start:stop] along axis
-    def put(self, x: Cache, rows: np.ndarray, y: Cache) -> Cache: ...  # x with x[rows] = y (host: in place)
+    def put(self, x: Cache, rows: np.ndarray, y: Cache) -> Cache: ...  # x with x[rows] = y (host: in place),
+
+    # y zero-padded along axis 2 when it is shorter there
 
 
 class HostTensors:
@@ -128,7 +130,11 @@ class HostTensors:
         return np.ascontiguousarray(x[tuple(index)])
 
     def put(self, x: np.ndarray, rows: np.ndarray, y: np.ndarray) -> np.ndarray:
-        x[rows] = y
+        if y.ndim > 2 and y.shape[2] < x.shape[2]:  # without a padded copy of y
+            x[rows, :, : y.shape[2]] = y
+            x[rows, :, y.shape[2] :] = 0
+        else:
+            x[rows] = y
         return x
 
 
@@ -198,6 +204,9 @@ class DeviceTensors:
         return self._run(self._slice, x, starts=one(start), ends=one(stop), axes=one(axis))
 
     def put(self, x: ort.OrtValue, rows: np.ndarray, y: ort.OrtValue) -> ort.OrtValue:
+        length, short = x.shape(), y.shape()
+        if len(short) > 2 and short[2] < length[2]:
+            y = self.pad(y, 2, length[2] - short[2])
         return self._run(self._put, x, rows=np.asarray(rows, np.int64)[:, None], z=y)
 
 

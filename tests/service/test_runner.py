@@ -33,11 +33,14 @@ def test_device_tensors_equal_numpy() -> None:
         (host.narrow(x, 2, 1, 3), device.narrow(on(x), 2, 1, 3)),
         (host.pad(host.empty((0, 2, 0, 4)), 2, 3), device.pad(device.empty((0, 2, 0, 4)), 2, 3)),
         (host.put(x.copy(), np.array([3, 1]), y), device.put(on(x), np.array([3, 1]), on(y))),
+        (host.put(x.copy(), np.array([4, 0]), y[:, :, :1]), device.put(on(x), np.array([4, 0]), on(y[:, :, :1]))),
     ]
     for expected, got in cases:
         assert device.shape(got) == host.shape(expected)
         np.testing.assert_array_equal(got.numpy(), expected)
     np.testing.assert_array_equal(host.pad(x, 2, 2, front=True)[:, :, 2:], x)
+    shorter = host.put(x.copy(), np.array([4, 0]), y[:, :, :1])  # the rest of the rows' axis 2 becomes zeros
+    np.testing.assert_array_equal(shorter[[4, 0]], host.pad(y[:, :, :1], 2, 2))
     assert host.take(x, rows).flags.c_contiguous and host.narrow(x, 2, 1, 3).flags.c_contiguous
 
 

@@ -92,9 +92,8 @@ class Tensors(Protocol):
     def cat(self, x: Cache, y: Cache) -> Cache: ...  # x and y's rows
     def pad(self, x: Cache, axis: int, n: int, front: bool = False) -> Cache: ...  # n zeros added along axis
     def narrow(self, x: Cache, axis: int, start: int, stop: int) -> Cache: ...  # x[start:stop] along axis
-    def put(self, x: Cache, rows: np.ndarray, y: Cache) -> Cache: ...  # x with x[rows] = y (host: in place),
-
-    # y zero-padded along axis 2 when it is shorter there
+    # x with x[rows] = y (host: in place); y is zero-padded along axis 2 when it is shorter there
+    def put(self, x: Cache, rows: np.ndarray, y: Cache) -> Cache: ...
 
 
 class HostTensors:

@@ -109,7 +109,8 @@ def strip_eos(tokens: Sequence[int], eos: int) -> list[int]:
 
 
 class AttnserveEngine:
-    """attnserve's runner without HTTP: ``decode(Runner(bundle, provider, threads, variant, io_binding), requests)``."""
+    """attnserve's runner without HTTP: ``decode(Runner(bundle, provider, threads, variant, io_binding, fast),
+    requests)``, on the graphs /translate uses (float32 on the CPU: the fast decoder)."""
 
     def __init__(
         self,
@@ -123,7 +124,8 @@ class AttnserveEngine:
         from service.runner import Runner
 
         self.bundle = load_bundle(bundle_dir, verify=False)
-        self.runner = Runner(self.bundle, provider, threads, variant, io_binding)  # type: ignore[arg-type]
+        fast = variant == "float32" and provider == "cpu"  # what /translate runs (service.engine.Engine)
+        self.runner = Runner(self.bundle, provider, threads, variant, io_binding, fast)  # type: ignore[arg-type]
         self.eos = self.bundle.spec.eos_id
 
     def batch(self, sources: list[list[int]], beam: int, max_length: int) -> list[list[int]]:

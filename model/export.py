@@ -134,10 +134,45 @@ class FusedAttention(torch.autograd.Function):
 PLACEHOLDER = ("attnserve", "Attention")
 
 
+class CachedAttention(torch.autograd.Function):
+    """One step's masked self-attention on a cache where each row's tokens sit at its start: row b's query
+    (B, 1, d_model) with its new key and value (B, 1, d_model) written at slot ``lengths[b]`` of the caches
+    (B, h, C, d_k), attending to slots ``0..lengths[b]`` -> (B, 1, d_model), and the caches with the new slots.
+
+    In PyTorch it is :func:`~model.transformer.attention` under a key mask; exported, a placeholder that
+    :func:`fuse_attention` turns into ONNX Runtime's ``com.microsoft.GroupQueryAttention`` (as many key/value heads
+    as query heads; ``lengths`` int32 (B,), ``total`` int32 (1,) the longest row's slots), which writes the new slots in
+    place when the caches are bound as both input and output, and attends over each row's own length only: no
+    copy of the cache a step and no work for a shorter row's padding.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor, K: Tensor, V: Tensor, lengths: Tensor, total: Tensor
+                ) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+        B, h, C, d_k = K.shape
+        rows, at = torch.arange(B), lengths.long()
+        K, V = K.clone(), V.clone()
+        K[rows, :, at] = k.reshape(B, h, d_k)
+        V[rows, :, at] = v.reshape(B, h, d_k)
+        mask = torch.arange(C)[None] <= at[:, None]  # (B, C)
+        out, _ = attention(q.reshape(B, 1, h, d_k).transpose(1, 2), K, V, mask[:, None, None, :])
+        return out.transpose(1, 2).reshape(B, 1, h * d_k), K, V
+
+    @staticmethod
+    def symbolic(g: Any, q: Any, k: Any, v: Any, K: Any, V: Any, lengths: Any, total: Any) -> Any:
+        out, K_out, V_out = g.op(f"{PLACEHOLDER[0]}::CachedAttention", q, k, v, K, V, lengths, total, outputs=3)
+        out.setType(q.type())
+        K_out.setType(K.type())
+        V_out.setType(V.type())
+        return out, K_out, V_out
+
+
 class FastDecoderGraph(nn.Module):
     """The fast decoder step that :func:`add_int8` quantizes for /translate (/attention keeps the exact graph):
-    :class:`DecoderGraph`'s step with fused attention and without attention outputs. Same inputs; outputs
-    ``logits`` and the presents."""
+    :class:`DecoderGraph`'s step with fused attention, without attention outputs, on caches where each row's
+    tokens sit at its start (see docs/ARCHITECTURE.md: ``past_keys.{l}`` (B, h, C, d_k) of any capacity C beyond
+    the longest row, a row's length is its position). No ``self_attention_mask``; outputs ``logits`` and the
+    presents, the caches with this step's slots written (the same buffers when bound as input and output)."""
 
     def __init__(self, model: Transformer) -> None:
         super().__init__()
@@ -146,34 +181,36 @@ class FastDecoderGraph(nn.Module):
     def forward(
         self,
         input_ids: Tensor,  # (B, 1)
-        position_ids: Tensor,  # (B, 1)
+        position_ids: Tensor,  # (B, 1): tokens each row has cached
         encoder_attention_mask: Tensor,  # (B, S)
-        self_attention_mask: Tensor,  # (B, T + 1)
-        *cache: Tensor,  # as DecoderGraph's
+        *cache: Tensor,  # L cross keys, L cross values (B, h, S, d_k); L past keys, L past values (B, h, C, d_k)
     ) -> tuple[Tensor, ...]:
         m = self.model
         L = m.config.n_decoder_layers
         cross_keys, cross_values, past_keys, past_values = split_cache(cache, L)
-        src_mask, tgt_mask = encoder_attention_mask.to(torch.int32), self_attention_mask.to(torch.int32)
+        src_mask = encoder_attention_mask.to(torch.int32)
+        lengths = position_ids[:, 0].to(torch.int32)  # (B,)
+        total = (position_ids.max() + 1).to(torch.int32).reshape(1)
         x = m.tgt_embed(input_ids, position_ids)  # (B, 1, d_model)
         present = []
         for l, layer in enumerate(m.decoder_layers):
-            x, kv = self.layer(
-                layer, x, (cross_keys[l], cross_values[l]), src_mask, tgt_mask, (past_keys[l], past_values[l])
-            )
+            memory_kv, past = (cross_keys[l], cross_values[l]), (past_keys[l], past_values[l])
+            x, kv = self.layer(layer, x, memory_kv, src_mask, past, lengths, total)
             present.append(kv)
         logits = m.generator(m.decoder_norm(x)[:, -1])  # (B, V)
         return (logits, *(k for k, _ in present), *(v for _, v in present))
 
     @staticmethod
-    def layer(layer: Any, x: Tensor, memory_kv: KV, src_mask: Tensor, tgt_mask: Tensor, past: KV) -> tuple[Tensor, KV]:
-        """:class:`~model.transformer.DecoderLayer`'s three sub-layers with :class:`FusedAttention`."""
+    def layer(layer: Any, x: Tensor, memory_kv: KV, src_mask: Tensor, past: KV, lengths: Tensor, total: Tensor
+              ) -> tuple[Tensor, KV]:  # fmt: skip
+        """:class:`~model.transformer.DecoderLayer`'s three sub-layers with :class:`CachedAttention` and
+        :class:`FusedAttention`."""
         self_attn, src_attn = layer.self_attn, layer.src_attn
 
         def masked_self_attention(y: Tensor) -> tuple[Tensor, KV]:
-            K, V = self_attn.project_kv(y)
-            K, V = torch.cat([past[0], K], dim=2), torch.cat([past[1], V], dim=2)  # (B, h, T + 1, d_k)
-            return self_attn.W_O(FusedAttention.apply(self_attn.W_Q(y), K, V, tgt_mask)), (K, V)
+            q, k, v = self_attn.W_Q(y), self_attn.W_K(y), self_attn.W_V(y)  # (B, 1, d_model)
+            out, K, V = CachedAttention.apply(q, k, v, *past, lengths, total)
+            return self_attn.W_O(out), (K, V)
 
         def cross_attention(y: Tensor) -> tuple[Tensor, None]:
             return src_attn.W_O(FusedAttention.apply(src_attn.W_Q(y), *memory_kv, src_mask)), None
@@ -185,8 +222,9 @@ class FastDecoderGraph(nn.Module):
 
 
 def fuse_attention(path: Path, h: int) -> None:
-    """Replace the :class:`FusedAttention` placeholders of an exported graph by ONNX Runtime's MultiHeadAttention
-    (query (B, T_q, d_model); keys and values already projected, (B, h, T_k, d_k); key_padding_mask (B, T_k))."""
+    """Replace the placeholders of an exported graph by ONNX Runtime's kernels: :class:`FusedAttention` by
+    MultiHeadAttention (query (B, T_q, d_model); keys and values already projected, (B, h, T_k, d_k);
+    key_padding_mask (B, T_k)), :class:`CachedAttention` by GroupQueryAttention (h key/value heads)."""
     graph = onnx.load(str(path))
     for node in graph.graph.node:
         if (node.domain, node.op_type) == PLACEHOLDER:
@@ -195,6 +233,9 @@ def fuse_attention(path: Path, h: int) -> None:
             del node.input[:]
             node.input.extend([q, K, V, "", mask])  # no bias
             node.attribute.append(onnx.helper.make_attribute("num_heads", h))
+        elif (node.domain, node.op_type) == (PLACEHOLDER[0], "CachedAttention"):
+            node.domain, node.op_type = "com.microsoft", "GroupQueryAttention"
+            node.attribute.extend(onnx.helper.make_attribute(name, h) for name in ("num_heads", "kv_num_heads"))
     imports = [o for o in graph.opset_import if o.domain != PLACEHOLDER[0]]
     del graph.opset_import[:]
     graph.opset_import.extend([*imports, onnx.helper.make_opsetid("com.microsoft", 1)])
@@ -209,10 +250,11 @@ def encoder_outputs(L: int) -> list[str]:
     return ["encoder_attentions", *(f"{kind}.{l}" for kind in ("cross_keys", "cross_values") for l in range(L))]
 
 
-def decoder_inputs(L: int) -> list[str]:
-    """decoder.onnx's input names for L layers, in DecoderGraph.forward's order."""
+def decoder_inputs(L: int, fast: bool = False) -> list[str]:
+    """decoder.onnx's (or the fast decoder's, without a self-attention mask) input names for L layers, in the graph
+    module's order."""
     cache = [f"{kind}.{l}" for kind in ("cross_keys", "cross_values", "past_keys", "past_values") for l in range(L)]
-    return ["input_ids", "position_ids", "encoder_attention_mask", "self_attention_mask", *cache]
+    return ["input_ids", "position_ids", "encoder_attention_mask", *([] if fast else ["self_attention_mask"]), *cache]
 
 
 def decoder_outputs(L: int, fast: bool = False) -> list[str]:
@@ -333,28 +375,68 @@ def export_graphs(model: Transformer, out_dir: Path) -> None:
     )
 
 
+def fast_example(model: Transformer, seed: int = 0) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """A fast decoder feed (each row's cached tokens at its start, rows of 4, 2 and 0 tokens in caches of 6 slots)
+    and the same step as a decoder.onnx feed (each row's tokens at the end of a cache of 4, the rest masked)."""
+    c = model.config
+    _, exact = _step_example(model, seed)
+    B, h, T, d_k = exact["past_keys.0"].shape
+    lengths = np.array([T, T // 2, 0])[:B]
+    exact["position_ids"] = lengths[:, None].astype(np.int64)
+    exact["self_attention_mask"] = (np.arange(T + 1)[None] >= (T - lengths)[:, None]).astype(np.int64)
+    fast = {k: v for k, v in exact.items() if k != "self_attention_mask"}
+    for name in (f"past_{kind}.{l}" for kind in ("keys", "values") for l in range(c.n_decoder_layers)):
+        rng = np.random.default_rng(seed)
+        buffer = rng.standard_normal((B, h, T + 2, d_k)).astype(np.float32)  # stale slots: never attended to
+        for b, n in enumerate(lengths):
+            buffer[b, :, :n] = exact[name][b, :, T - n :]
+        fast[name] = buffer
+    return fast, exact
+
+
 def export_fast_decoder(model: Transformer, path: Path, tolerance: float = TOLERANCE) -> float:
-    """Export :class:`FastDecoderGraph` with ONNX Runtime's fused attention to ``path`` and check it against
-    PyTorch (logits and caches within ``tolerance``); returns the largest difference seen."""
+    """Export :class:`FastDecoderGraph` with ONNX Runtime's fused attention to ``path`` and check it (run as the
+    runner runs it, its caches bound as input and output) against PyTorch's exact step on the same tokens: logits,
+    and each row's cache slots, within ``tolerance``. Returns the largest difference seen."""
     import onnxruntime as ort
 
     model = model.eval()
     L = model.config.n_decoder_layers
-    _, feed = _step_example(model)
+    names = decoder_inputs(L, fast=True)
+    feed, _ = fast_example(model)
+    axes = {k: v for k, v in _step_axes(L).items() if k != "self_attention_mask"}
+    axes.update({f"{kind}.{l}": {0: "batch", 2: "capacity"} for kind in ("past_keys", "past_values", "present_keys",
+                 "present_values") for l in range(L)})  # fmt: skip
     _export(
         FastDecoderGraph(model),
-        tuple(torch.from_numpy(feed[k]) for k in decoder_inputs(L)),
+        tuple(torch.from_numpy(feed[k]) for k in names),
         path,
-        (decoder_inputs(L), decoder_outputs(L, fast=True)),
-        _step_axes(L),
+        (names, decoder_outputs(L, fast=True)),
+        axes,
         custom_opsets={PLACEHOLDER[0]: 1},
     )
     fuse_attention(path, model.config.h)
-    _, feed = _step_example(model, seed=1)
-    got = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feed)
+    feed, exact = fast_example(model, seed=1)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    binding = session.io_binding()
+    binding.bind_output("logits", "cpu")
+    for name in names:
+        value = ort.OrtValue.ortvalue_from_numpy(feed[name])
+        binding.bind_ortvalue_input(name, value)
+        if name.startswith("past_"):
+            binding.bind_ortvalue_output(name.replace("past_", "present_"), value)  # in place, as the runner does
+    session.run_with_iobinding(binding)
     with torch.no_grad():
-        want = DecoderGraph(model)(*(torch.from_numpy(feed[k]) for k in decoder_inputs(L)))
-    return _compare(decoder_outputs(L, fast=True), got, want, tolerance)
+        want = DecoderGraph(model)(*(torch.from_numpy(exact[k]) for k in decoder_inputs(L)))
+    lengths = exact["position_ids"][:, 0] + 1  # each row's slots after the step
+    T = exact["past_keys.0"].shape[2]
+    got = [binding.get_outputs()[0].numpy()]
+    ragged = [want[0]]
+    for i, name in enumerate(decoder_outputs(L, fast=True)[1:]):
+        buffer = feed[name.replace("present_", "past_")]
+        got += [buffer[b, :, :n] for b, n in enumerate(lengths)]
+        ragged += [want[1 + i][b, :, T + 1 - n :] for b, n in enumerate(lengths)]
+    return _compare(["logits"] + [f"cache slots of row {b}" for b in range(len(got) - 1)], got, ragged, tolerance)
 
 
 def _compare(names: list[str], got: Sequence[np.ndarray], want: Sequence[Tensor], tolerance: float) -> float:
@@ -501,7 +583,8 @@ def export_bundle(
     with tempfile.TemporaryDirectory(dir=out_dir.parent, prefix=f".{out_dir.name}.") as tmp_name:
         tmp = Path(tmp_name)
         export_graphs(model, tmp)
-        graphs = {"encoder": "encoder.onnx", "decoder": "decoder.onnx"}
+        worst_fast = export_fast_decoder(model, tmp / "decoder.fast.onnx")
+        graphs = {"encoder": "encoder.onnx", "decoder": "decoder.onnx", "fast_decoder": "decoder.fast.onnx"}
         tok: dict[str, Any] = {"kind": "sentencepiece", "vocab": None}
         for role in ("source", "target"):
             src = tokenizer[role]
@@ -532,7 +615,8 @@ def export_bundle(
         for key, value in model.state_dict().items():
             if not torch.equal(state[key], value.detach().cpu()):
                 raise ValueError(f"weight {key} does not read back exactly from the graphs")
-        log.info("ONNX Runtime matches PyTorch within %.2g; weights read back exactly", worst)
+        log.info("ONNX Runtime matches PyTorch within %.2g (fast decoder %.2g); weights read back exactly", worst,
+                 worst_fast)  # fmt: skip
         if out_dir.exists():
             shutil.rmtree(out_dir)
         tmp.rename(out_dir)

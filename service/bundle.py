@@ -112,13 +112,15 @@ class Bundle:
         return ["float32", *(k for k, v in self.manifest["graphs"].items() if isinstance(v, dict))]
 
     def graph(self, role: str, variant: str = "float32") -> Path:
-        """The file of the ``encoder`` or ``decoder`` graph of a variant.
+        """The file of the ``encoder`` or ``decoder`` graph of a variant (float32 also has a ``fast_decoder``).
 
         Raises:
             BundleError: the bundle has no such variant.
         """
         graphs = self.manifest["graphs"]
         if variant == "float32":
+            if role not in graphs:
+                raise BundleError(f"{self.path}: no {role} graph (export it again with this version)")
             return self.path / graphs[role]
         if variant not in self.variants:
             raise BundleError(f"{self.path}: no {variant!r} graphs; this bundle has {self.variants}")

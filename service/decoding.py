@@ -13,7 +13,9 @@ that collect attention.
 
 Cache layout, one cache per decoder layer (the runner's kind: numpy, or device values with IOBinding, handled
 through ``runner.tensors``): ``past_keys``/``past_values`` (N, h, T, d_k) for N rows, row r owning slots
-``start[r]:T``; ``cross_keys``/``cross_values`` (N, h, S, d_k).
+``start[r]:T``; ``cross_keys``/``cross_values`` (N, h, S, d_k). With a runner whose decoder writes its caches in
+place (``runner.in_place``: the fast graph), row r's tokens sit at slots ``0:length[r]`` of buffers (N, h, C, d_k)
+instead, there is no ``self_mask`` (T = 0), and the buffers' capacity C follows the longest row.
 """
 
 from __future__ import annotations
@@ -316,6 +318,7 @@ class _Batch:
         self.runner = runner
         self.spec: ModelSpec = runner.spec
         self.tensors = runner.tensors
+        self.in_place = runner.in_place  # caches written in place: a row's tokens at its start, no self_mask
         self._numbers = numbers  # request numbers, shared by the batches of one BatchDecoder
         self.reset()
 
@@ -530,11 +533,17 @@ class _Batch:
         if not (len(plan.one) or plan.widths):
             return [], 0.0
         N = len(rows)
-        self_mask = np.concatenate([self.self_mask, np.ones((N, 1), np.int64)], axis=1)
+        if self.in_place:
+            self_mask, slots = None, self._reserve(int(rows.length.max()) + 1)
+        else:
+            self_mask = np.concatenate([self.self_mask, np.ones((N, 1), np.int64)], axis=1)
+            slots = self_mask.shape[1]
         t0 = time.perf_counter()
         out = self._decoder_step(rows.last[:, None], rows.length[:, None], self_mask)
         seconds = time.perf_counter() - t0
-        self.past_keys, self.past_values, self.self_mask = out.present_keys, out.present_values, self_mask
+        self.past_keys, self.past_values = out.present_keys, out.present_values
+        if self_mask is not None:
+            self.self_mask = self_mask
         logits = out.logits.astype(np.float32, copy=False)  # float16 graphs would give float16
         logits[:, spec.pad_id] = -np.inf  # never emit padding
         scores = _Scores(logits, rows.scored) if plan.scored else None
@@ -567,7 +576,7 @@ class _Batch:
         parents = ix if parent is None else parent[ix]  # the logits rows the tokens come from
         logp = scores.logp(parents, token[ix]) if scores is not None else np.full(len(ix), np.nan, np.float32)
         n = rows.length[ix]
-        rows.reserve(self_mask.shape[1])  # a row generates one token a cache slot it owns
+        rows.reserve(slots)  # a row generates one token a cache slot it owns
         rows.tokens[ix, n], rows.token_scores[ix, n] = token[ix], logp
         rows.last[ix] = token[ix]
         rows.score[ix] += logp
@@ -588,11 +597,11 @@ class _Batch:
         self._tidy()
         return results, seconds
 
-    def _decoder_step(self, ids: np.ndarray, positions: np.ndarray, self_mask: np.ndarray) -> StepOutput:
+    def _decoder_step(self, ids: np.ndarray, positions: np.ndarray, self_mask: np.ndarray | None) -> StepOutput:
         """The decoder on every row; on a batch with no cache yet, only on the rows that hold a hypothesis (a beam
         request's other rows start empty): beam k computes one row a request in its first step, not k."""
         rows, tensors = self.rows, self.tensors
-        if self.self_mask.shape[1] or rows.alive.all():
+        if self_mask is None or self.self_mask.shape[1] or rows.alive.all():
             caches = (self.cross_keys, self.cross_values, self.past_keys, self.past_values)
             return self.runner.step(ids, positions, self.encoder_mask, self_mask, *caches)
         run = np.flatnonzero(rows.alive)
@@ -690,6 +699,17 @@ class _Batch:
         ranked = sorted(job.finished, key=lambda h: -h.score / max(len(h.tokens), 1) ** lp)
         return DecodeResult(ranked[: max(job.request.n_best, 1)], job.encoder_attention)
 
+    def _reserve(self, slots: int) -> int:
+        """With caches written in place: room for ``slots`` slots a row (the buffers grow, doubling); their
+        capacity."""
+        capacity = self.tensors.shape(self.past_keys[0])[2]
+        if slots > capacity:
+            extra = max(slots, 2 * capacity, 16) - capacity
+            self.past_keys = [self.tensors.pad(k, 2, extra) for k in self.past_keys]
+            self.past_values = [self.tensors.pad(v, 2, extra) for v in self.past_values]
+            capacity += extra
+        return capacity
+
     def _tidy(self) -> None:
         """After rows left: compact when holes are a quarter of the batch, then trim what no row needs."""
         live = np.flatnonzero(self.rows.job >= 0)
@@ -722,7 +742,12 @@ class _Batch:
         T = self.self_mask.shape[1]
         first = int(self.rows.start[live].min())
         narrow = self.tensors.narrow
-        if first > 0 and first * 4 >= T:
+        if self.in_place:  # buffers 4 times longer than the longest row's tokens: halve them
+            capacity, slots = self.tensors.shape(self.past_keys[0])[2], int(self.rows.length[live].max()) + 1
+            if capacity >= 4 * max(slots, 16):
+                self.past_keys = [narrow(k, 2, 0, 2 * slots) for k in self.past_keys]
+                self.past_values = [narrow(v, 2, 0, 2 * slots) for v in self.past_values]
+        elif first > 0 and first * 4 >= T:
             self.past_keys = [narrow(k, 2, first, T) for k in self.past_keys]
             self.past_values = [narrow(v, 2, first, T) for v in self.past_values]
             self.self_mask = np.ascontiguousarray(self.self_mask[:, first:])
@@ -740,7 +765,8 @@ class BatchDecoder:
     Rows sit in at most two batches, one decoder call each a step. Requests join the young batch. Once its cache
     is ``2 * age`` slots long, its rows that have decoded more than ``age`` tokens move to the old batch: one long
     request would otherwise make every row that joins after it attend over (and copy) its long cache, each step.
-    A row's answer does not depend on the batch it is in.
+    A row's answer does not depend on the batch it is in. With caches written in place (``runner.in_place``) a row
+    attends over its own tokens only, whatever its neighbours' lengths, and nothing ages: one batch.
     """
 
     def __init__(self, runner: Runner, age: int = 32) -> None:
@@ -791,7 +817,8 @@ class BatchDecoder:
         return done, seconds
 
     def _age(self) -> None:
-        """Move the young batch's old rows to the old batch once its cache is 2 age slots long."""
+        """Move the young batch's old rows to the old batch once its cache is 2 age slots long (never with caches
+        written in place: their T stays 0)."""
         young = self.young
         if young.slots < 2 * self.age:
             return

@@ -14,7 +14,7 @@ import numpy as np
 
 from service.bundle import Bundle, load_bundle
 from service.decoding import BatchDecoder, DecodeRequest, DecodeResult, Hypothesis, decode
-from service.runner import Provider, Runner
+from service.runner import CPU, Provider, Runner
 from service.scheduler import Scheduler
 from service.settings import Settings
 
@@ -45,11 +45,12 @@ class Options:
 class Engine:
     """A loaded bundle with its runners; :meth:`start` adds the schedulers that the HTTP service uses.
 
-    The exact float32 graphs serve /attention. /translate uses the ``graph_variant`` graphs (e.g. int8) when that
-    is not float32, through schedulers of their own; otherwise both share one runner and its schedulers. Texts that
-    need attention rows (``return_details``) go to the exact graphs when the variant's decoder has no attention
-    outputs (int8's fused one). A runner has ``decode_threads`` schedulers (batching loops, each on its thread),
-    which call its sessions concurrently; a request goes to the least busy one.
+    The exact float32 graphs serve /attention. /translate uses the ``graph_variant`` graphs through schedulers of
+    their own: for float32 on the CPU the fast decoder (caches written in place, no attention outputs; on CUDA the
+    exact graphs and their schedulers), for int8 its quantized one, for float16 its exact graphs. Texts that need
+    attention rows (``return_details``) go to the exact graphs when the variant's decoder has no attention outputs.
+    A runner has ``decode_threads`` schedulers (batching loops, each on its thread), which call its sessions
+    concurrently; a request goes to the least busy one.
     """
 
     def __init__(self, bundle: Bundle, settings: Settings, provider: Provider | None = None) -> None:
@@ -59,7 +60,12 @@ class Engine:
         provider = provider or settings.provider
         self.exact = Runner(bundle, provider, settings.threads)
         variant = settings.graph_variant
-        self.fast = self.exact if variant == "float32" else Runner(bundle, provider, settings.threads, variant)
+        if variant != "float32":
+            self.fast = Runner(bundle, provider, settings.threads, variant)
+        elif self.exact.provider == CPU:
+            self.fast = Runner(bundle, provider, settings.threads, fast=True)
+        else:  # the fast decoder's GroupQueryAttention has CUDA kernels for float16 only
+            self.fast = self.exact
         self.schedulers: dict[str, list[Scheduler]] = {}  # "exact", "fast": one per decoding thread
 
     @classmethod
@@ -73,7 +79,7 @@ class Engine:
     async def start(self, on_step: Any = None) -> None:
         s = self.settings
         for name, runner in (("exact", self.exact), ("fast", self.fast)):
-            if name == "fast" and runner is self.exact:
+            if name == "fast" and runner is self.exact:  # float32 on CUDA: one runner, one set of schedulers
                 self.schedulers["fast"] = self.schedulers["exact"]
                 continue
             self.schedulers[name] = [

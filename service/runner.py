@@ -215,6 +215,7 @@ class Runner:
     Args:
         io_binding: keep the caches on the device between steps (:class:`DeviceTensors`); default: on CUDA.
             On the CPU it only adds work, but it runs the same code path, which is how the tests check it.
+        fast: float32's fast decoder (caches written in place, no attention outputs) instead of the exact one.
     """
 
     def __init__(
@@ -224,6 +225,7 @@ class Runner:
         threads: int = 1,
         variant: str = "float32",
         io_binding: bool | None = None,
+        fast: bool = False,
     ) -> None:
         keep_freed_memory()
         self.bundle = bundle
@@ -244,7 +246,7 @@ class Runner:
             ort.InferenceSession(
                 str(bundle.graph(role, variant)), opts, providers=providers, disabled_optimizers=disabled
             )
-            for role in ("encoder", "decoder")
+            for role in ("encoder", "fast_decoder" if fast else "decoder")
         )
         self.io_binding = self.provider == CUDA if io_binding is None else io_binding
         self.device = "cuda" if self.provider == CUDA else "cpu"
@@ -253,6 +255,9 @@ class Runner:
         self._encoder_outputs = [o.name for o in self.encoder.get_outputs()]
         self._decoder_outputs = [o.name for o in self.decoder.get_outputs()]
         self.attention = "self_attentions" in self._decoder_outputs  # the int8 variant's fast decoder has none
+        # The fast decoder (no self-attention mask) keeps each row's tokens at the start of its cache buffers and
+        # writes a step's slots into them in place (docs/ARCHITECTURE.md, "caches written in place").
+        self.in_place = "self_attention_mask" not in {i.name for i in self.decoder.get_inputs()}
         self._caches = {f"{kind}.{l}" for kind in ("cross_keys", "cross_values", "present_keys", "present_values")
                         for l in range(L)}  # fmt: skip
         log.info(
@@ -293,28 +298,50 @@ class Runner:
         input_ids: np.ndarray,
         position_ids: np.ndarray,
         encoder_attention_mask: np.ndarray,
-        self_attention_mask: np.ndarray,
+        self_attention_mask: np.ndarray | None,
         cross_keys: list[Cache],
         cross_values: list[Cache],
         past_keys: list[Cache],
         past_values: list[Cache],
     ) -> StepOutput:
         """One decoding step for B sequences; see docs/ARCHITECTURE.md for the shapes. Host caches should be
-        C-contiguous (:class:`HostTensors` keeps them so), or ONNX Runtime copies them."""
+        C-contiguous (:class:`HostTensors` keeps them so), or ONNX Runtime copies them.
+
+        With :attr:`in_place` there is no self-attention mask (None): row b's ``position_ids[b]`` tokens sit at the
+        start of its cache buffers, of any capacity beyond the longest row; the step writes its slots into them
+        and returns them as the presents, with no attention weights."""
         feed: dict[str, Any] = {
             "input_ids": input_ids,
             "position_ids": position_ids,
             "encoder_attention_mask": encoder_attention_mask,
-            "self_attention_mask": self_attention_mask,
         }
-        for kind, layers in (
-            ("cross_keys", cross_keys),
-            ("cross_values", cross_values),
-            ("past_keys", past_keys),
-            ("past_values", past_values),
-        ):
+        if self_attention_mask is not None:
+            feed["self_attention_mask"] = self_attention_mask
+        for kind, layers in (("cross_keys", cross_keys), ("cross_values", cross_values)):
+            feed.update({f"{kind}.{l}": layer for l, layer in enumerate(layers)})
+        if self.in_place:
+            return StepOutput(self._step_in_place(feed, past_keys, past_values), past_keys, past_values, None, None)
+        for kind, layers in (("past_keys", past_keys), ("past_values", past_values)):
             feed.update({f"{kind}.{l}": layer for l, layer in enumerate(layers)})
         logits, *rest = self._run(self.decoder, self._decoder_outputs, feed)
         L = self.spec.n_decoder_layers
         self_attentions, cross_attentions = rest[2 * L :] if self.attention else (None, None)
         return StepOutput(logits, rest[:L], rest[L : 2 * L], self_attentions, cross_attentions)
+
+    def _step_in_place(self, feed: dict[str, Any], past_keys: list[Cache], past_values: list[Cache]) -> np.ndarray:
+        """The fast decoder with each cache buffer bound as its past input and its present output; the logits."""
+        binding = self.decoder.io_binding()
+        binding.bind_output("logits", "cpu")
+        for name, value in feed.items():
+            if isinstance(value, ort.OrtValue):
+                binding.bind_ortvalue_input(name, value)
+            else:
+                binding.bind_cpu_input(name, value)
+        for kind, layers in (("keys", past_keys), ("values", past_values)):
+            for l, cache in enumerate(layers):
+                value = cache if isinstance(cache, ort.OrtValue) else ort.OrtValue.ortvalue_from_numpy(cache)
+                binding.bind_ortvalue_input(f"past_{kind}.{l}", value)
+                binding.bind_ortvalue_output(f"present_{kind}.{l}", value)
+        self.decoder.run_with_iobinding(binding)
+        logits: np.ndarray = binding.get_outputs()[0].numpy()
+        return logits

@@ -88,7 +88,7 @@ def test_export_refuses_to_overwrite(spm: Path, tmp_path: Path) -> None:
         export_bundle(model, tmp_path / "b", **kwargs)  # type: ignore[arg-type]
     export_bundle(model, tmp_path / "b", force=True, **kwargs)  # type: ignore[arg-type]
     manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
-    assert set(manifest["sha256"]) == {"encoder.onnx", "decoder.onnx", "spm.model"}
+    assert set(manifest["sha256"]) == {"encoder.onnx", "decoder.onnx", "decoder.fast.onnx", "spm.model"}
     assert manifest["format"] == "attnserve-bundle/3"
 
 
@@ -110,11 +110,13 @@ def test_int8_variant(spm: Path, tmp_path: Path) -> None:
 
 def test_fast_decoder_fuses_attention_and_matches_pytorch(tmp_path: Path) -> None:
     path = tmp_path / "decoder.fast.onnx"
-    assert export_fast_decoder(tiny_model(365), path) <= 1e-4  # logits and caches against PyTorch
+    assert export_fast_decoder(tiny_model(365), path) <= 1e-4  # logits and each row's cache slots, in place
     graph = onnx.load(str(path)).graph
     ops = [(n.domain, n.op_type) for n in graph.node]
-    assert ops.count(("com.microsoft", "MultiHeadAttention")) == 2 * 2  # self and cross, 2 decoder layers
+    assert ops.count(("com.microsoft", "GroupQueryAttention")) == 2  # self-attention, 2 decoder layers
+    assert ops.count(("com.microsoft", "MultiHeadAttention")) == 2  # cross-attention
     assert ("attnserve", "Attention") not in ops  # no placeholder left
+    assert "self_attention_mask" not in [i.name for i in graph.input]
     assert [o.name for o in graph.output] == [
         "logits",
         *(f"present_{k}.{l}" for k in ("keys", "values") for l in (0, 1)),

@@ -13,6 +13,7 @@ class FakeRunner:
     size."""
 
     tensors = HostTensors()
+    in_place = False  # left-padded caches and a self-attention mask, as decoder.onnx
 
     def __init__(self) -> None:
         self.step_rows: list[int] = []

@@ -104,6 +104,39 @@ def test_io_binding_gives_the_same_tokens_scores_and_attention(tiny_bundle: Path
                 np.testing.assert_allclose(x, y, atol=atol)
 
 
+@pytest.mark.parametrize("io_binding", [False, True])
+def test_caches_written_in_place_give_the_exact_graphs_answers(tiny_bundle: Path, io_binding: bool) -> None:
+    """float32's fast decoder (each row's tokens at the start of cache buffers that it writes in place) through
+    joins, beams, holes, and buffers that grow (past 16 and 32 slots) and shrink again: the exact graphs' tokens
+    and scores, with host caches and with device caches (IOBinding, the CUDA path)."""
+    bundle = load_bundle(tiny_bundle)
+    tok = bundle.tokenizer
+    texts = ["Print the document in this window now", "Delete the selected files?", "Open", "Save as", "Close"]
+    texts += ["Open file", "Settings", "Replace the file in this window?"]
+    beams, lengths = [1, 3, 1, 2, 1, 4, 1, 2], [40, 3, 4, 5, 2, 20, 3, 4]
+    requests = [
+        DecodeRequest(src=tok.encode_source(t), beam_size=b, max_length=n, n_best=b)
+        for t, b, n in zip(texts, beams, lengths, strict=True)
+    ]
+    fast = Runner(bundle, "cpu", io_binding=io_binding, fast=True)
+    assert fast.in_place and not fast.attention
+    capacities: list[int] = []
+    reserve = _Batch._reserve
+
+    def recorded(batch: _Batch, slots: int) -> int:
+        capacities.append(reserve(batch, slots))
+        return capacities[-1]
+
+    with patch.object(_Batch, "_reserve", recorded):
+        in_place, _ = staggered(fast, requests)
+    assert {16, 32, 64} <= set(capacities) and capacities[-1] < 64, f"the buffers did not grow and shrink: {capacities}"
+    exact = [decode(Runner(bundle, "cpu"), [r])[0] for r in requests]
+    for a, b in zip(in_place, exact, strict=True):
+        assert [h.tokens for h in a.hypotheses] == [h.tokens for h in b.hypotheses]
+        for ha, hb in zip(a.hypotheses, b.hypotheses, strict=True):
+            np.testing.assert_allclose(ha.token_scores, hb.token_scores, atol=1e-5)
+
+
 def test_packed_sources_give_every_text_its_own_answer(tiny_bundle: Path) -> None:
     """Texts of different lengths share encoder rows (one admission): tokens, scores and every attention row are
     those of each text decoded alone."""

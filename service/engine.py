@@ -63,7 +63,7 @@ class Engine:
         if variant != "float32":
             self.fast = Runner(bundle, provider, settings.threads, variant)
         elif self.exact.provider == CPU:
-            self.fast = Runner(bundle, provider, settings.threads, fast=True)
+            self.fast = Runner(bundle, provider, settings.threads, fast=True, encoder=self.exact.encoder)
         else:  # the fast decoder's GroupQueryAttention has CUDA kernels for float16 only
             self.fast = self.exact
         self.schedulers: dict[str, list[Scheduler]] = {}  # "exact", "fast": one per decoding thread

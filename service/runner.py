@@ -216,6 +216,8 @@ class Runner:
         io_binding: keep the caches on the device between steps (:class:`DeviceTensors`); default: on CUDA.
             On the CPU it only adds work, but it runs the same code path, which is how the tests check it.
         fast: float32's fast decoder (caches written in place, no attention outputs) instead of the exact one.
+        encoder: another runner's encoder session of the same graph, to share (float32's exact and fast runners
+            encode alike; a second session would hold the weights twice).
     """
 
     def __init__(
@@ -226,6 +228,7 @@ class Runner:
         variant: str = "float32",
         io_binding: bool | None = None,
         fast: bool = False,
+        encoder: ort.InferenceSession | None = None,
     ) -> None:
         keep_freed_memory()
         self.bundle = bundle
@@ -242,12 +245,13 @@ class Runner:
         # On the CPU, LayerNormalization after a plain Add beats the fused SkipLayerNormalization kernel: measured
         # 5-24 % less time per decoder step (batch 32-128, past 10-30, float32 and int8, one thread).
         disabled = ["SkipLayerNormFusion"] if self.provider == CPU else None
-        self.encoder, self.decoder = (
-            ort.InferenceSession(
-                str(bundle.graph(role, variant)), opts, providers=providers, disabled_optimizers=disabled
-            )
-            for role in ("encoder", "fast_decoder" if fast else "decoder")
-        )
+
+        def session(role: str) -> ort.InferenceSession:
+            path = str(bundle.graph(role, variant))
+            return ort.InferenceSession(path, opts, providers=providers, disabled_optimizers=disabled)
+
+        self.encoder = encoder or session("encoder")
+        self.decoder = session("fast_decoder" if fast else "decoder")
         self.io_binding = self.provider == CUDA if io_binding is None else io_binding
         self.device = "cuda" if self.provider == CUDA else "cpu"
         self.tensors: Tensors = DeviceTensors(providers, self.device, opts) if self.io_binding else HostTensors()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import logging
+import threading
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -262,6 +263,7 @@ class Runner:
         # The fast decoder (no self-attention mask) keeps each row's tokens at the start of its cache buffers and
         # writes a step's slots into them in place (docs/ARCHITECTURE.md, "caches written in place").
         self.in_place = "self_attention_mask" not in {i.name for i in self.decoder.get_inputs()}
+        self._bindings = threading.local()
         self._caches = {f"{kind}.{l}" for kind in ("cross_keys", "cross_values", "present_keys", "present_values")
                         for l in range(L)}  # fmt: skip
         log.info(
@@ -333,19 +335,36 @@ class Runner:
         return StepOutput(logits, rest[:L], rest[L : 2 * L], self_attentions, cross_attentions)
 
     def _step_in_place(self, feed: dict[str, Any], past_keys: list[Cache], past_values: list[Cache]) -> np.ndarray:
-        """The fast decoder with each cache buffer bound as its past input and its present output; the logits."""
-        binding = self.decoder.io_binding()
-        binding.bind_output("logits", "cpu")
+        """The fast decoder with each cache buffer bound as its past input and its present output; the logits.
+
+        A decoding thread keeps its binding from step to step and binds again only what changed (the buffers stay
+        the same arrays until they grow, shrink or rows join): binding everything anew cost 80 µs a step."""
+        binding, bound = self._binding()
         for name, value in feed.items():
-            if isinstance(value, ort.OrtValue):
-                binding.bind_ortvalue_input(name, value)
-            else:
-                binding.bind_cpu_input(name, value)
+            if bound.get(name) is not value:
+                if isinstance(value, ort.OrtValue):
+                    binding.bind_ortvalue_input(name, value)
+                else:
+                    binding.bind_cpu_input(name, value)  # the array's own memory, not a copy
+                bound[name] = value
         for kind, layers in (("keys", past_keys), ("values", past_values)):
             for l, cache in enumerate(layers):
-                value = cache if isinstance(cache, ort.OrtValue) else ort.OrtValue.ortvalue_from_numpy(cache)
-                binding.bind_ortvalue_input(f"past_{kind}.{l}", value)
-                binding.bind_ortvalue_output(f"present_{kind}.{l}", value)
+                if bound.get(name := f"past_{kind}.{l}") is not cache:
+                    value = cache if isinstance(cache, ort.OrtValue) else ort.OrtValue.ortvalue_from_numpy(cache)
+                    binding.bind_ortvalue_input(name, value)
+                    binding.bind_ortvalue_output(f"present_{kind}.{l}", value)
+                    bound[name] = cache
+        binding.bind_output("logits", "cpu")  # again: a fresh array each step (the row count changes); still output 0
         self.decoder.run_with_iobinding(binding)
         logits: np.ndarray = binding.get_outputs()[0].numpy()
         return logits
+
+    def _binding(self) -> tuple[ort.IOBinding, dict[str, Any]]:
+        """This thread's IOBinding of the fast decoder and what is bound to it (schedulers on several threads share
+        a runner)."""
+        state: tuple[ort.IOBinding, dict[str, Any]] | None = getattr(self._bindings, "state", None)
+        if state is None:
+            binding = self.decoder.io_binding()
+            binding.bind_output("logits", "cpu")  # output 0
+            state = self._bindings.state = (binding, {})
+        return state

@@ -481,6 +481,15 @@ def warm_up(url: str, body: dict[str, Any], n: int = 3) -> None:
         httpx.post(url + "/translate", json=body, timeout=120).raise_for_status()
 
 
+def refine_rate(points: Sequence[LoadPoint]) -> float | None:
+    """The offered rate halfway between the best sustained point's and the lowest one above it (which did not hold);
+    None when nothing holds or nothing above was tried. Bisecting there narrows the best sustained rate that a
+    coarse list of rates would miss by up to a step."""
+    best = best_sustained(points)
+    above = [p.offered for p in points if best is not None and p.offered > best.offered]
+    return (best.offered + min(above)) / 2 if best is not None and above else None
+
+
 def sweep(
     server: Server,
     bodies: list[dict[str, Any]],
@@ -488,22 +497,33 @@ def sweep(
     seconds: float,
     stop_p99: float,
     timeout: float,
+    refine: int = 0,
 ) -> list[LoadPoint]:
-    """Rising offered loads until one has errors or a p99 over ``stop_p99`` (its point is kept: the curve's knee)."""
+    """Rising offered loads until one has errors or a p99 over ``stop_p99`` (its point is kept: the curve's knee),
+    then ``refine`` more rates bisecting towards the best sustained one (:func:`refine_rate`); sorted by rate."""
     from tqdm import tqdm
+
+    def measure(rate: float) -> LoadPoint | None:
+        plan = poisson_plan(rate, seconds, lambda rng: ("all", rng.choice(bodies)), seed=int(rate * 1000))
+        if not plan:
+            return None
+        outcomes, elapsed = asyncio.run(run_plan(server.url, plan, timeout))
+        time.sleep(1.0)  # let stragglers finish before the next rate
+        return summarize(outcomes, rate, max(elapsed, seconds))
 
     warm_up(server.url, bodies[0])
     points: list[LoadPoint] = []
     for rate in tqdm(rates, desc="load", unit="rate", leave=False):
-        plan = poisson_plan(rate, seconds, lambda rng: ("all", rng.choice(bodies)), seed=int(rate * 1000))
-        if not plan:
+        if (point := measure(rate)) is None:
             continue
-        outcomes, elapsed = asyncio.run(run_plan(server.url, plan, timeout))
-        points.append(summarize(outcomes, rate, max(elapsed, seconds)))
-        if points[-1].errors or points[-1].p99 > stop_p99:
+        points.append(point)
+        if point.errors or point.p99 > stop_p99:
             break
-        time.sleep(1.0)  # let stragglers finish before the next rate
-    return points
+    for _ in range(refine):
+        if (rate := refine_rate(points)) is None or (point := measure(rate)) is None:
+            break
+        points.append(point)
+    return sorted(points, key=lambda p: p.offered)
 
 
 class TranslateBody(BaseModel):
@@ -804,6 +824,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--rates", type=float, nargs="+", default=[2, 4, 8, 16, 32, 64, 128], help="offered loads/s")
     ap.add_argument("--load-seconds", type=float, default=30, help="seconds of arrivals per offered load")
     ap.add_argument("--stop-p99", type=float, default=5.0, help="stop raising the load past this p99 (s)")
+    ap.add_argument("--refine", type=int, default=2, help="rates bisected below the first that broke p99 ≤ 1 s")
     ap.add_argument("--request-timeout", type=float, default=60, help="client timeout per request (s)")
     ap.add_argument("--mixed-rate", type=float, default=None, help="mixed load's rate (default: ½ best sustained)")
     ap.add_argument("--parts", nargs="+", choices=["offline", "http", "mixed"], default=["offline", "http", "mixed"])
@@ -891,8 +912,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                 for name, start in starters:  # one server at a time: each gets the machine to itself
                     with start() as server:
                         points = sweep(
-                            server, bodies, args.rates, args.load_seconds, args.stop_p99, args.request_timeout
-                        )
+                            server, bodies, args.rates, args.load_seconds, args.stop_p99, args.request_timeout,
+                            args.refine,
+                        )  # fmt: skip
                         curves[(name, threads)] = (points, server.peak_rss_mb())
                     print(
                         f"{name}, {threads} thread(s): "
@@ -905,7 +927,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             images = "\n".join(f"![latency against offered load]({p.name})" for p in plots)
             sections.append(
                 f"### Over HTTP: open-loop Poisson load\n\nOffered loads {', '.join(f'{r:g}' for r in args.rates)} "
-                f"sentences/s, {args.load_seconds:g} s each, one sentence per request drawn from the same sentences, "
+                f"sentences/s, then {args.refine} more bisecting between the best rate with p99 ≤ 1 s and the next, "
+                f"{args.load_seconds:g} s each, one sentence per request drawn from the same sentences, "
                 f"greedy, attnserve's default `max_length` (min(256, 2 × source + 10)) on both servers; latency from "
                 f"each request's scheduled send time (no coordinated omission); attnserve at n threads runs n "
                 f"decoding threads of one ONNX Runtime thread each (`ATTNSERVE_DECODE_THREADS=n`); a rate with errors "

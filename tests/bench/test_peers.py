@@ -91,6 +91,18 @@ def test_load_statistics() -> None:
     assert peers.best_sustained([failed, point]) is point
 
 
+def test_refine_rate_bisects_between_the_best_sustained_rate_and_the_next() -> None:
+    def point(offered: float, p99: float) -> peers.LoadPoint:
+        return peers.LoadPoint(offered, offered, 0.1, 0.2, p99, 0, 100)
+
+    points = [point(416, 0.3), point(448, 0.5), point(480, 2.0)]
+    assert peers.refine_rate(points) == 464
+    assert peers.refine_rate([*points, point(464, 0.9)]) == 472  # held: look higher
+    assert peers.refine_rate([*points, point(464, 1.5)]) == 456  # broke: look lower
+    assert peers.refine_rate([point(8, 2.0)]) is None  # nothing held
+    assert peers.refine_rate(points[:2]) is None  # nothing above was tried
+
+
 def test_http_ratios_name_ctranslate2_at_the_same_and_at_its_fastest_thread_count() -> None:
     def offline(threads: int, seconds: float) -> peers.JobResult:
         return peers.JobResult(peers.Job("ctranslate2", "float32", 1, threads), [seconds])

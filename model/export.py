@@ -1,4 +1,5 @@
-"""Write a bundle: the model as two ONNX graphs with every attention as an output, its tokenizer and a manifest.
+"""Write a bundle: the model as ONNX graphs (an encoder and a decoder step with every attention as an output, and
+a fast decoder step for /translate), its tokenizer and a manifest.
 
 The bundle layout and graph signatures are the contract in docs/ARCHITECTURE.md. Exporting checks ONNX Runtime
 against PyTorch before anything is written, and refuses to overwrite a bundle without ``force``.
@@ -7,8 +8,9 @@ The weights travel inside the graphs: ONNX initializers keep the PyTorch state-d
 exported without constant folding; ONNX Runtime folds at load time), so :func:`load_state_dict` reads them back
 exactly — what ``attnserve export-marian`` needs — and no separate weights file makes the bundle heavier.
 
-:func:`add_int8` adds the quantized variant for /translate: the encoder, and a fast decoder step with ONNX
-Runtime's fused attention and no attention outputs. :func:`add_float16` adds a float16 variant for GPUs.
+The fast decoder (:class:`FastDecoderGraph`) writes its caches in place and has no attention outputs; its float32
+weights are a second copy. :func:`add_int8` adds the quantized variant for /translate: the encoder and the fast
+decoder. :func:`add_float16` adds a float16 variant for GPUs.
 """
 
 from __future__ import annotations
@@ -626,8 +628,8 @@ def export_bundle(
 
 def add_int8(bundle_dir: Path) -> None:
     """Add the ``int8`` variant for /translate: ONNX Runtime dynamic quantization (int8 weights of every MatMul)
-    of the encoder and of the fast decoder (fused attention, no attention outputs), rebuilt from the bundle's own
-    weights and checked against PyTorch before it is quantized.
+    of the encoder and of the fast decoder (caches written in place, no attention outputs), rebuilt from the
+    bundle's own weights and checked against PyTorch before it is quantized.
 
     The graphs are first optimized offline (transposes of weights folded into initializers) so that the
     quantizer sees constant MatMul weights. The float32 graphs stay: /attention serves exact weights from them,
@@ -641,7 +643,7 @@ def add_int8(bundle_dir: Path) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         fast = Path(tmp) / "decoder.fast.onnx"
         worst = export_fast_decoder(model, fast)
-        log.info("fast decoder (fused attention) matches PyTorch within %.2g", worst)
+        log.info("fast decoder matches PyTorch within %.2g", worst)
         for role, source in (("encoder", bundle_dir / manifest["graphs"]["encoder"]), ("decoder", fast)):
             prepared = Path(tmp) / f"{role}.prepared.onnx"
             quant_pre_process(source, prepared, skip_symbolic_shape=True)

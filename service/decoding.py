@@ -742,11 +742,11 @@ class _Batch:
         T = self.self_mask.shape[1]
         first = int(self.rows.start[live].min())
         narrow = self.tensors.narrow
-        if self.in_place:  # buffers 4 times longer than the longest row's tokens: halve them
-            capacity, slots = self.tensors.shape(self.past_keys[0])[2], int(self.rows.length[live].max()) + 1
-            if capacity >= 4 * max(slots, 16):
-                self.past_keys = [narrow(k, 2, 0, 2 * slots) for k in self.past_keys]
-                self.past_values = [narrow(v, 2, 0, 2 * slots) for v in self.past_values]
+        if self.in_place:  # buffers 4 times what the longest row needs (and 64 slots or more): cut to twice that
+            keep = 2 * max(int(self.rows.length[live].max()) + 1, 16)
+            if self.tensors.shape(self.past_keys[0])[2] >= 2 * keep:
+                self.past_keys = [narrow(k, 2, 0, keep) for k in self.past_keys]
+                self.past_values = [narrow(v, 2, 0, keep) for v in self.past_values]
         elif first > 0 and first * 4 >= T:
             self.past_keys = [narrow(k, 2, first, T) for k in self.past_keys]
             self.past_values = [narrow(v, 2, first, T) for v in self.past_values]

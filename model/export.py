@@ -387,8 +387,8 @@ def fast_example(model: Transformer, seed: int = 0) -> tuple[dict[str, np.ndarra
     exact["position_ids"] = lengths[:, None].astype(np.int64)
     exact["self_attention_mask"] = (np.arange(T + 1)[None] >= (T - lengths)[:, None]).astype(np.int64)
     fast = {k: v for k, v in exact.items() if k != "self_attention_mask"}
+    rng = np.random.default_rng(seed)
     for name in (f"past_{kind}.{l}" for kind in ("keys", "values") for l in range(c.n_decoder_layers)):
-        rng = np.random.default_rng(seed)
         buffer = rng.standard_normal((B, h, T + 2, d_k)).astype(np.float32)  # stale slots: never attended to
         for b, n in enumerate(lengths):
             buffer[b, :, :n] = exact[name][b, :, T - n :]

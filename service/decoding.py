@@ -739,8 +739,7 @@ class _Batch:
         """Drop cache slots no live row owns any more, and source columns no live row needs (only when it is worth
         a copy). A hole keeps at least one source column and gets a fresh self-attention slot every step."""
         live = np.flatnonzero(self.rows.job >= 0)
-        T = self.self_mask.shape[1]
-        first = int(self.rows.start[live].min())
+        T, first = self.self_mask.shape[1], int(self.rows.start[live].min())  # in place: T = first = 0
         narrow = self.tensors.narrow
         if self.in_place:  # buffers 4 times what the longest row needs (and 64 slots or more): cut to twice that
             keep = 2 * max(int(self.rows.length[live].max()) + 1, 16)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from service.bundle import ModelSpec
-from service.runner import Cache, HostTensors, Runner, StepOutput
+from service.runner import Cache, HostTensors, Runner, StepOutput, Tensors
 
 
 @dataclass(frozen=True)
@@ -306,6 +306,72 @@ def pack(lengths: np.ndarray, width: int = PACK_WIDTH) -> tuple[np.ndarray, np.n
     return row, start
 
 
+@dataclass
+class _Encoded:
+    """Requests encoded in one call, until they join a batch: request i's cross keys and values are at columns
+    ``start[i]:start[i] + lengths[i]`` of row ``row[i]`` of each decoder layer's (rows, h, W, d_k) caches."""
+
+    keys: list[Hashable]
+    requests: list[DecodeRequest]
+    lengths: np.ndarray  # (n,) source tokens
+    row: np.ndarray  # (n,)
+    start: np.ndarray  # (n,)
+    cross_keys: list[Cache]
+    cross_values: list[Cache]
+    attentions: list[np.ndarray | None]  # encoder attention (L, h, S_i, S_i) of the requests that collect it
+    tensors: Tensors
+    left: set[int] = field(init=False)  # the requests that have not joined a batch (nor been cancelled)
+
+    def __post_init__(self) -> None:
+        self.left = set(range(len(self.keys)))
+
+    def cross(self, ix: np.ndarray) -> tuple[list[Cache], list[Cache]]:
+        """Cross keys and values (n, h, S, d_k) of requests ``ix`` (one may repeat: a beam request's rows), S the
+        longest of their sources; slots past a source's end are masked out. One copy, or none when they are the
+        encoder's rows as they are."""
+        S, W = int(self.lengths[ix].max()), int(self.tensors.shape(self.cross_keys[0])[2])
+        caches = (self.cross_keys, self.cross_values)
+        if S == W and np.array_equal(ix, np.arange(len(self.keys))) and np.array_equal(self.row, ix):
+            return caches
+        if not isinstance(self.tensors, HostTensors):  # one text a row
+            take, narrow = self.tensors.take, self.tensors.narrow
+            keys, values = ([narrow(take(c, ix), 2, 0, S) for c in layers] for layers in caches)
+            return keys, values
+        at = np.minimum(self.start[ix][:, None] + np.arange(S), W - 1)  # (n, S) columns of each one's row
+        of = self.row[ix][:, None]
+        keys, values = ([c[of, :, at].transpose(0, 2, 1, 3) for c in layers] for layers in caches)
+        return keys, values
+
+
+def encode(runner: Runner, requests: list[tuple[Hashable, DecodeRequest]]) -> tuple[_Encoded, float]:
+    """Encode requests in one encoder call; returns them and the encoder seconds.
+
+    With host caches the sources are packed (:func:`pack`): several texts share an encoder row and nobody's padding
+    is encoded; each text's cross keys and values are gathered from its row when it joins a batch. Device caches
+    (IOBinding) stay one text a row: gathering texts out of rows would need graphs of its own.
+    """
+    spec, tensors = runner.spec, runner.tensors
+    lengths = np.array([len(r.src) for _, r in requests])
+    row, start = pack(lengths) if isinstance(tensors, HostTensors) else (np.arange(len(lengths)), 0 * lengths)
+    W = int((start + lengths).max())
+    ids = np.full((int(row.max()) + 1, W), spec.pad_id, np.int64)
+    segments = np.zeros_like(ids)
+    positions = np.tile(np.arange(W), (len(ids), 1))  # padding too, as an unpacked batch always had
+    for i, (_, r) in enumerate(requests):
+        at = (row[i], slice(start[i], start[i] + lengths[i]))
+        ids[at], segments[at], positions[at] = r.src, i + 1, np.arange(lengths[i])
+    t0 = time.perf_counter()
+    enc = runner.encode(ids, segments, positions)
+    seconds = time.perf_counter() - t0
+    attentions = [
+        enc.attentions[:, row[i], :, start[i] : start[i] + lengths[i], start[i] : start[i] + lengths[i]].copy()
+        if r.attention else None
+        for i, (_, r) in enumerate(requests)
+    ]  # fmt: skip
+    keys, texts = [k for k, _ in requests], [r for _, r in requests]
+    return _Encoded(keys, texts, lengths, row, start, enc.cross_keys, enc.cross_values, attentions, tensors), seconds
+
+
 class _Batch:
     """Rows decoded by one decoder call a step, padded to one cache length T and one source length S.
 
@@ -415,61 +481,31 @@ class _Batch:
         self.jobs.update(other.jobs)
         other.reset()
 
-    def admit(self, requests: list[tuple[Hashable, DecodeRequest]]) -> float:
-        """Encode new requests (one encoder call) and add their rows; returns the encoder seconds.
-
-        With host caches the sources are packed (:func:`pack`): several texts share an encoder row and nobody's
-        padding is encoded; each text's cross keys and values are then gathered from its row.
-        """
-        if not requests:
-            return 0.0
-        lengths = np.array([len(r.src) for _, r in requests])
-        S_new = int(lengths.max())
-        # Device caches (IOBinding) stay one text a row: gathering texts out of rows would need graphs of its own.
-        row, start = pack(lengths) if isinstance(self.tensors, HostTensors) else (np.arange(len(lengths)), 0 * lengths)
-        W = int((start + lengths).max())
-        ids = np.full((int(row.max()) + 1, W), self.spec.pad_id, np.int64)
-        segments = np.zeros_like(ids)
-        positions = np.tile(np.arange(W), (len(ids), 1))  # padding too, as an unpacked batch always had
-        for i, (_, r) in enumerate(requests):
-            at = (row[i], slice(start[i], start[i] + lengths[i]))
-            ids[at], segments[at], positions[at] = r.src, i + 1, np.arange(lengths[i])
-        t0 = time.perf_counter()
-        enc = self.runner.encode(ids, segments, positions)
-        seconds = time.perf_counter() - t0
-
-        mask = (np.arange(S_new)[None] < lengths[:, None]).astype(np.int64)
-        width = np.array([0 if r.forced is not None else r.beam_size for _, r in requests])  # as _Rows.width
-        rows_of = np.repeat(np.arange(len(requests)), np.maximum(width, 1))  # new row -> request index
+    def admit(self, enc: _Encoded, ix: list[int]) -> None:
+        """Add the rows of requests ``ix`` of ``enc`` (a beam request's k rows share its cross keys and values)."""
+        requests, lengths = [enc.requests[i] for i in ix], enc.lengths[ix]
+        width = np.array([0 if r.forced is not None else r.beam_size for r in requests])  # as _Rows.width
+        rows_of = np.repeat(np.arange(len(requests)), np.maximum(width, 1))  # new row -> request
+        keys, values = enc.cross(np.array(ix, np.int64)[rows_of])
+        mask = (np.arange(lengths.max())[None] < lengths[rows_of][:, None]).astype(np.int64)
         n, T = len(rows_of), self.self_mask.shape[1]
-        keys, values = enc.cross_keys, enc.cross_values
-        if len(ids) < len(requests):  # packed: each new row's text out of its encoder row; masked slots past its end
-            of_row = row[rows_of][:, None]
-            in_row = np.minimum(start[rows_of][:, None] + np.arange(S_new), W - 1)  # (n, S_new) positions in it
-            keys, values = ([np.ascontiguousarray(c[of_row, :, in_row].transpose(0, 2, 1, 3)) for c in caches]
-                            for caches in (keys, values))  # fmt: skip
-        elif n > len(requests):  # a beam request's k rows each get its cross keys and values
-            keys, values = ([self.tensors.take(c, rows_of) for c in caches] for caches in (keys, values))
         holes = np.flatnonzero(self.rows.job < 0)
         if len(holes) >= n:
-            slots = self._fill(holes[:n].tolist(), keys, values, mask[rows_of])
+            slots = self._fill(holes[:n].tolist(), keys, values, mask)
         else:
-            slots = self._append(keys, values, mask[rows_of])
+            slots = self._append(keys, values, mask)
         numbers = np.array([next(self._numbers) for _ in requests])
-        for i, (key, r) in enumerate(requests):
-            span = slice(start[i], start[i] + lengths[i])
-            attention = enc.attentions[:, row[i], :, span, span].copy() if r.attention else None
-            self.jobs[int(numbers[i])] = _Job(key, r, attention)
-        ix, rows = np.array(slots, np.int64), self.rows
-        limit = np.array([len(r.forced) if r.forced is not None else r.max_length for _, r in requests])
-        rows.job[ix], rows.width[ix], rows.limit[ix] = numbers[rows_of], width[rows_of], limit[rows_of]
-        rows.start[ix], rows.length[ix], rows.last[ix], rows.score[ix] = T, 0, self.spec.decoder_start_id, 0.0
-        rows.alive[ix] = np.concatenate([[True], rows_of[1:] != rows_of[:-1]])  # a request's first row
-        rows.scored[ix] = (np.array([r.scores for _, r in requests]) | (width >= 2))[rows_of]
+        for number, i in zip(numbers.tolist(), ix, strict=True):
+            self.jobs[number] = _Job(enc.keys[i], enc.requests[i], enc.attentions[i])
+        at, rows = np.array(slots, np.int64), self.rows
+        limit = np.array([len(r.forced) if r.forced is not None else r.max_length for r in requests])
+        rows.job[at], rows.width[at], rows.limit[at] = numbers[rows_of], width[rows_of], limit[rows_of]
+        rows.start[at], rows.length[at], rows.last[at], rows.score[at] = T, 0, self.spec.decoder_start_id, 0.0
+        rows.alive[at] = np.concatenate([[True], rows_of[1:] != rows_of[:-1]])  # a request's first row
+        rows.scored[at] = (np.array([r.scores for r in requests]) | (width >= 2))[rows_of]
         for slot, i in zip(slots, rows_of.tolist(), strict=True):
-            rows.attention[slot] = ([], []) if requests[i][1].attention else None
+            rows.attention[slot] = ([], []) if requests[i].attention else None
         self._plan = None
-        return seconds
 
     def _fill(self, slots: list[int], keys: list[Cache], values: list[Cache], mask: np.ndarray) -> list[int]:
         """Write new rows (their cross keys and values, and encoder mask) into holes, in place: no other row's
@@ -766,6 +802,9 @@ class BatchDecoder:
     request would otherwise make every row that joins after it attend over (and copy) its long cache, each step.
     A row's answer does not depend on the batch it is in. With caches written in place (``runner.in_place``) a row
     attends over its own tokens only, whatever its neighbours' lengths, and nothing ages: one batch.
+
+    Requests are encoded (:meth:`encode`: one encoder call for many) before they join (:meth:`join`), possibly
+    steps later; :meth:`admit` does both at once.
     """
 
     def __init__(self, runner: Runner, age: int = 32) -> None:
@@ -774,11 +813,13 @@ class BatchDecoder:
         self.age = age
         numbers = itertools.count()
         self.young, self.old = _Batch(runner, numbers), _Batch(runner, numbers)
+        self.waiting: list[_Encoded] = []  # encoded ahead (:meth:`encode`), until every request of theirs has left
 
     def reset(self) -> None:
-        """Forget every row (after a runner failure)."""
+        """Forget every row and every request encoded ahead (after a runner failure)."""
         self.young.reset()
         self.old.reset()
+        self.waiting = []
 
     @property
     def num_rows(self) -> int:
@@ -796,13 +837,35 @@ class BatchDecoder:
 
     def admit(self, requests: list[tuple[Hashable, DecodeRequest]]) -> float:
         """Encode new requests (one encoder call) and add their rows; returns the encoder seconds."""
-        return self.young.admit(requests)
+        seconds = self.encode(requests)
+        self.join([key for key, _ in requests])
+        return seconds
+
+    def encode(self, requests: list[tuple[Hashable, DecodeRequest]]) -> float:
+        """Encode requests (one encoder call) that :meth:`join` adds later; returns the encoder seconds."""
+        if not requests:
+            return 0.0
+        encoded, seconds = encode(self.runner, requests)
+        self.waiting.append(encoded)
+        return seconds
+
+    def join(self, keys: list[Hashable]) -> None:
+        """Add the rows of requests encoded before (one batch join for each encoder call they came from)."""
+        wanted = set(keys)
+        for encoded in self.waiting:
+            if mine := [i for i in sorted(encoded.left) if encoded.keys[i] in wanted]:
+                self.young.admit(encoded, mine)
+                encoded.left.difference_update(mine)
+        self.waiting = [encoded for encoded in self.waiting if encoded.left]
 
     def cancel(self, key: Hashable) -> None:
-        """Drop the rows of a request whose caller went away."""
+        """Drop the rows of a request whose caller went away (or the request, when it was only encoded)."""
         for batch in (self.young, self.old):
             if key in batch.keys:
                 batch.cancel(key)
+        for encoded in self.waiting:
+            encoded.left.difference_update(i for i, k in enumerate(encoded.keys) if k == key)
+        self.waiting = [encoded for encoded in self.waiting if encoded.left]
 
     def step(self) -> tuple[list[tuple[Hashable, DecodeResult]], float]:
         """One decoder call for each batch; returns the requests that finished and the decoder seconds."""

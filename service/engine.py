@@ -90,6 +90,7 @@ class Engine:
                     max_wait_ms=s.max_wait_ms,
                     queue_size=s.queue_size,
                     continuous=s.continuous_batching,
+                    encode_ahead=s.encode_ahead,
                     on_step=on_step,
                 )
                 for _ in range(s.decode_threads)

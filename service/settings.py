@@ -63,6 +63,12 @@ class Settings(BaseSettings):
         description="Texts join and leave the batch between decoding steps; false = a batch runs to its end "
         "before the next one starts (request-level batching: long texts hold short ones back).",
     )
+    encode_ahead: int = Field(
+        16,
+        ge=0,
+        description="While the batch is full, rows' worth of queued texts encoded ahead with those that join now "
+        "(one encoder call for many texts costs less a text); 0 = encode texts only when they join.",
+    )
     queue_size: int = Field(
         256, ge=1, description="Texts waiting for a slot, per decoding thread; beyond it requests get 503."
     )

@@ -180,3 +180,47 @@ def test_a_runner_failure_fails_the_batch_and_the_loop_goes_on() -> None:
     assert all(isinstance(r, RuntimeError) for r in first)
     assert after[0].hypotheses[0].tokens == expected([5, 3, 3, 0])
     assert scheduler.active_sequences == 0
+
+
+class EncodeCountingRunner(CountingRunner):
+    """Records the texts of each encoder call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoded: list[int] = []
+
+    def encode(self, input_ids, attention_mask, position_ids):  # type: ignore[no-untyped-def]
+        self.encoded.append(len(np.unique(attention_mask[attention_mask > 0])))
+        return super().encode(input_ids, attention_mask, position_ids)
+
+
+@pytest.mark.parametrize("ahead", [0, 8])
+def test_texts_encoded_ahead_while_the_batch_is_full_get_their_own_answers(ahead: int) -> None:
+    runner = EncodeCountingRunner()
+    stats: list[StepStats] = []
+    decoder = BatchDecoder(runner)  # type: ignore[arg-type]
+    scheduler = Scheduler(decoder, max_batch_size=4, max_wait_ms=1, encode_ahead=ahead, on_step=stats.append)
+    srcs = [[i % 13 + 2] + [3] * (i % 7) + [0] for i in range(40)]
+    results = asyncio.run(run(scheduler, [DecodeRequest(src=s, max_length=20) for s in srcs]))
+    assert [r.hypotheses[0].tokens for r in results] == [expected(s) for s in srcs]
+    assert max(runner.step_rows) == 4 and sum(runner.encoded) == 40
+    assert sum(s.admitted for s in stats) == 40
+    if ahead:  # one call encodes the texts that join and up to 8 more, which join in later steps without a call
+        assert max(runner.encoded) > 4 and len(runner.encoded) < sum(s.admitted > 0 for s in stats)
+    else:
+        assert len(runner.encoded) == sum(s.admitted > 0 for s in stats)
+
+
+def test_a_text_encoded_ahead_and_cancelled_never_joins() -> None:
+    decoder = BatchDecoder(CountingRunner())  # type: ignore[arg-type]
+    requests = [(key, DecodeRequest(src=[key + 2, 3, 3, 0], max_length=8)) for key in range(3)]
+    decoder.encode(requests)
+    decoder.cancel(1)
+    decoder.join([0, 2])
+    assert decoder.keys == {0, 2} and decoder.waiting == []
+    results: dict = {}
+    while decoder.num_rows:
+        results.update(decoder.step()[0])
+    assert {key: r.hypotheses[0].tokens for key, r in results.items()} == {
+        key: expected([key + 2, 3, 3, 0]) for key in (0, 2)
+    }

@@ -137,9 +137,25 @@ def test_caches_written_in_place_give_the_exact_graphs_answers(tiny_bundle: Path
             np.testing.assert_allclose(ha.token_scores, hb.token_scores, atol=1e-5)
 
 
-def test_packed_sources_give_every_text_its_own_answer(tiny_bundle: Path) -> None:
-    """Texts of different lengths share encoder rows (one admission): tokens, scores and every attention row are
-    those of each text decoded alone."""
+def joined_over_steps(runner: Runner, requests: list[DecodeRequest]) -> list[DecodeResult]:
+    """One encoder call for every request; they join the batch a few at a time, steps apart (encoded ahead)."""
+    decoder = BatchDecoder(runner)
+    decoder.encode(list(enumerate(requests)))
+    groups = [[3, 0], [4], [1, 2]]
+    results: dict[int, DecodeResult] = {}
+    while groups or decoder.num_rows:
+        if groups:
+            decoder.join(groups.pop(0))
+        done, _ = decoder.step()
+        results.update((int(k), r) for k, r in done)  # type: ignore[call-overload]
+    assert not decoder.waiting
+    return [results[i] for i in range(len(requests))]
+
+
+@pytest.mark.parametrize("joined", ["at once", "over steps"])
+def test_packed_sources_give_every_text_its_own_answer(tiny_bundle: Path, joined: str) -> None:
+    """Texts of different lengths share encoder rows (one encoder call), and join the batch at once or a few at
+    a time: tokens, scores and every attention row are those of each text decoded alone."""
     bundle = load_bundle(tiny_bundle)
     tok = bundle.tokenizer
     texts = ["Print the document in this window now", "Open", "Delete the selected files?", "Save as", "Close"]
@@ -150,7 +166,8 @@ def test_packed_sources_give_every_text_its_own_answer(tiny_bundle: Path) -> Non
     row, _ = pack(np.array([len(r.src) for r in requests]))
     assert row.max() + 1 < len(requests), "the texts were not packed"
     runner = Runner(bundle, "cpu")
-    together, alone = decode(runner, requests), [decode(runner, [r])[0] for r in requests]
+    together = decode(runner, requests) if joined == "at once" else joined_over_steps(runner, requests)
+    alone = [decode(runner, [r])[0] for r in requests]
     for a, b in zip(together, alone, strict=True):
         np.testing.assert_allclose(a.encoder_attention, b.encoder_attention, atol=1e-6)
         assert [h.tokens for h in a.hypotheses] == [h.tokens for h in b.hypotheses]

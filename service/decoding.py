@@ -376,9 +376,16 @@ class _Batch:
     """Rows decoded by one decoder call a step, padded to one cache length T and one source length S.
 
     The rows of a finished or cancelled request become holes rather than being copied out at once: newcomers take
-    their places (their cache rows written in place), and the batch is compacted only when holes are a quarter of
-    it. A hole is still computed by the decoder, and ignored.
+    their places (their cache rows written in place; when the holes are too few, the batch grows by the rest, without
+    compacting first), and the batch is compacted only when holes are a quarter of it and either MIN_HOLES or more,
+    or nobody joined for QUIET steps. A hole is still computed by the decoder, and ignored.
     """
+
+    # Under bench/peers.py's mixed load (one thread, 220 requests/s), compacting whenever a quarter of a small batch
+    # were holes, then growing it again for the next newcomer (a copy of every cache each time, buffers sized by the
+    # longest row) took 3–5 s of 15: short requests' p99 206 ms, 63 ms with these rules. An offline batch, where
+    # nobody joins, still compacts as soon as a quarter are holes (without QUIET greedy decodes 8 % slower).
+    MIN_HOLES, QUIET = 8, 8
 
     def __init__(self, runner: Runner, numbers: Iterator[int]) -> None:
         self.runner = runner
@@ -393,6 +400,7 @@ class _Batch:
         self.rows = _Rows()
         self._plan: _Plan | None = None  # of self.rows; None when rows joined or left since
         self.jobs: dict[int, _Job] = {}  # by request number (_Rows.job)
+        self.quiet = 0  # steps since requests last joined
         L, h, d_k = self.spec.n_decoder_layers, self.spec.h, self.spec.d_k
         empty = self.tensors.empty((0, h, 0, d_k))
         self.past_keys: list[Cache] = [empty] * L
@@ -484,16 +492,16 @@ class _Batch:
     def admit(self, enc: _Encoded, ix: list[int]) -> None:
         """Add the rows of requests ``ix`` of ``enc`` (a beam request's k rows share its cross keys and values)."""
         requests, lengths = [enc.requests[i] for i in ix], enc.lengths[ix]
+        self.quiet = 0
         width = np.array([0 if r.forced is not None else r.beam_size for r in requests])  # as _Rows.width
         rows_of = np.repeat(np.arange(len(requests)), np.maximum(width, 1))  # new row -> request
         keys, values = enc.cross(np.array(ix, np.int64)[rows_of])
         mask = (np.arange(lengths.max())[None] < lengths[rows_of][:, None]).astype(np.int64)
         n, T = len(rows_of), self.self_mask.shape[1]
         holes = np.flatnonzero(self.rows.job < 0)
-        if len(holes) >= n:
-            slots = self._fill(holes[:n].tolist(), keys, values, mask)
-        else:
-            slots = self._append(keys, values, mask)
+        if len(holes) < n:
+            holes = np.concatenate([holes, self._grow(n - len(holes))])
+        slots = self._fill(holes[:n].tolist(), keys, values, mask)
         numbers = np.array([next(self._numbers) for _ in requests])
         for number, i in zip(numbers.tolist(), ix, strict=True):
             self.jobs[number] = _Job(enc.keys[i], enc.requests[i], enc.attentions[i])
@@ -524,28 +532,17 @@ class _Batch:
         self.self_mask[ix] = 0  # the new rows own no cache slot yet
         return slots
 
-    def _append(self, keys: list[Cache], values: list[Cache], mask: np.ndarray) -> list[int]:
-        """Drop the holes, then add the new rows at the end (a copy of every cache)."""
-        self._compact()
-        tensors = self.tensors
-        (n, S_new), N, T = mask.shape, len(self.rows), self.self_mask.shape[1]
-        S = max(S_new, self.encoder_mask.shape[1])
-
-        def join(old: Cache, new: Cache) -> Cache:  # old rows and the new rows, both padded to S
-            old = tensors.pad(old, 2, S - tensors.shape(old)[2])
-            return tensors.cat(old, tensors.pad(new, 2, S - S_new))
-
-        self.cross_keys = [join(a, b) for a, b in zip(self.cross_keys, keys, strict=True)]
-        self.cross_values = [join(a, b) for a, b in zip(self.cross_values, values, strict=True)]
-        S_old = self.encoder_mask.shape[1]
-        self.encoder_mask = np.concatenate(
-            [np.pad(self.encoder_mask, ((0, 0), (0, S - S_old))), np.pad(mask, ((0, 0), (0, S - S_new)))]
-        )
-        self.past_keys = [tensors.pad(k, 0, n) for k in self.past_keys]  # the new rows own no slot yet
-        self.past_values = [tensors.pad(v, 0, n) for v in self.past_values]
-        self.self_mask = np.concatenate([self.self_mask, np.zeros((n, T), np.int64)], axis=0)
-        self.rows.extend(n)
-        return list(range(N, N + n))
+    def _grow(self, m: int) -> np.ndarray:
+        """Add m holes at the end (a copy of every cache), for newcomers that the holes cannot take; their rows."""
+        tensors, N = self.tensors, len(self.rows)
+        self.cross_keys = [tensors.pad(k, 0, m) for k in self.cross_keys]
+        self.cross_values = [tensors.pad(v, 0, m) for v in self.cross_values]
+        self.encoder_mask = np.concatenate([self.encoder_mask, np.zeros((m, self.encoder_mask.shape[1]), np.int64)])
+        self.past_keys = [self._moved(k, rows=N + m) for k in self.past_keys]
+        self.past_values = [self._moved(v, rows=N + m) for v in self.past_values]
+        self.self_mask = np.concatenate([self.self_mask, np.zeros((m, self.self_mask.shape[1]), np.int64)])
+        self.rows.extend(m)
+        return np.arange(N, N + m)
 
     def cancel(self, key: Hashable) -> None:
         """Drop the rows of a request whose caller went away."""
@@ -566,6 +563,7 @@ class _Batch:
     def step(self) -> tuple[list[tuple[Hashable, DecodeResult]], float]:
         """One decoder call for every row; returns the requests that finished and the decoder seconds."""
         rows, spec, plan = self.rows, self.spec, self.plan
+        self.quiet += 1
         if not (len(plan.one) or plan.widths):
             return [], 0.0
         N = len(rows)
@@ -740,21 +738,46 @@ class _Batch:
         capacity."""
         capacity = self.tensors.shape(self.past_keys[0])[2]
         if slots > capacity:
-            extra = max(slots, 2 * capacity, 16) - capacity
-            self.past_keys = [self.tensors.pad(k, 2, extra) for k in self.past_keys]
-            self.past_values = [self.tensors.pad(v, 2, extra) for v in self.past_values]
-            capacity += extra
+            capacity = max(slots, 2 * capacity, 16)
+            self.past_keys = [self._moved(k, capacity=capacity) for k in self.past_keys]
+            self.past_values = [self._moved(v, capacity=capacity) for v in self.past_values]
         return capacity
 
     def _tidy(self) -> None:
-        """After rows left: compact when holes are a quarter of the batch, then trim what no row needs."""
+        """After rows left: compact when holes are a quarter of the batch (see MIN_HOLES), then trim what no row
+        needs."""
         live = np.flatnonzero(self.rows.job >= 0)
         if not len(live):
             self.reset()
             return
-        if (len(self.rows) - len(live)) * 4 >= len(self.rows):
+        holes = len(self.rows) - len(live)
+        if holes * 4 >= len(self.rows) and (holes >= self.MIN_HOLES or self.quiet >= self.QUIET):
             self._compact()
         self._trim()
+
+    def _moved(self, cache: Cache, rows: np.ndarray | int | None = None, capacity: int | None = None) -> Cache:
+        """A self-attention cache with rows ``rows`` (an index: those rows; a count: every row, then empty ones up
+        to that many) and ``capacity`` slots. With buffers written in place on the host, only the slots that rows
+        hold tokens in are copied (the rest are zeros, as stale slots always were): one long row makes the buffers
+        many times what the others use, and copying all of it whenever rows joined or left took 5 of 15 s of a
+        mixed load (bench/peers.py's)."""
+        tensors = self.tensors
+        N, h, C, d_k = tensors.shape(cache)
+        capacity = C if capacity is None else capacity
+        if not (self.in_place and isinstance(cache, np.ndarray)):
+            if isinstance(rows, int):
+                cache = tensors.pad(cache, 0, rows - N)
+            elif rows is not None:
+                cache = tensors.take(cache, rows)
+            return cache if capacity == C else tensors.pad(cache, 2, capacity - C)
+        used = int(self.rows.length.max(initial=0))
+        size = N if rows is None else rows if isinstance(rows, int) else len(rows)
+        out = np.zeros((size, h, capacity, d_k), cache.dtype)
+        if isinstance(rows, np.ndarray):
+            out[:, :, :used] = cache[rows, :, :used]
+        else:
+            out[:N, :, :used] = cache[:, :, :used]
+        return out
 
     def _compact(self) -> None:
         """Copy the live rows out: no holes left."""
@@ -762,8 +785,8 @@ class _Batch:
         if len(ix) == len(self.rows):
             return
         take = self.tensors.take
-        self.past_keys = [take(k, ix) for k in self.past_keys]
-        self.past_values = [take(v, ix) for v in self.past_values]
+        self.past_keys = [self._moved(k, ix) for k in self.past_keys]
+        self.past_values = [self._moved(v, ix) for v in self.past_values]
         self.self_mask = self.self_mask[ix]
         self.cross_keys = [take(k, ix) for k in self.cross_keys]
         self.cross_values = [take(v, ix) for v in self.cross_values]

@@ -224,3 +224,19 @@ def test_a_text_encoded_ahead_and_cancelled_never_joins() -> None:
     assert {key: r.hypotheses[0].tokens for key, r in results.items()} == {
         key: expected([key + 2, 3, 3, 0]) for key in (0, 2)
     }
+
+
+def test_holes_wait_for_newcomers_until_nobody_joins() -> None:
+    """A few holes stay for newcomers to fill in place while requests keep joining; once nobody joined for QUIET
+    steps, a quarter of holes is compacted away. Newcomers beyond the holes grow the batch (no compaction first)."""
+    decoder = BatchDecoder(CountingRunner())  # type: ignore[arg-type]
+    batch = decoder.young
+    lengths = [1, 1, 1, 12, 12, 12, 30, 30]  # tokens each decodes (</s> included)
+    decoder.admit([(i, DecodeRequest(src=[2] * (n - 1) + [0], max_length=40)) for i, n in enumerate(lengths)])
+    decoder.step()  # three finish: 3 holes of 8, a quarter but fewer than MIN_HOLES, and requests joined a step ago
+    assert (len(batch.rows), decoder.num_rows) == (8, 5)
+    decoder.admit([(8 + i, DecodeRequest(src=[3] * 29 + [0], max_length=40)) for i in range(5)])  # 3 fill holes, 2 grow
+    assert (len(batch.rows), decoder.num_rows) == (10, 10)
+    for _ in range(11):  # three finish at 12 tokens: 3 holes of 10, nobody joined for 11 steps (QUIET: 8)
+        decoder.step()
+    assert (len(batch.rows), decoder.num_rows) == (7, 7)

@@ -179,7 +179,7 @@ class Scheduler:
             except Exception as e:  # a failure fails the texts it was decoding, never the loop
                 log.exception("decoding failed")
                 self._settle_finished()  # those were done before it
-                for entry in {id(x): x for x in [*admitted, *encoded, *self._ready, *self._active.values()]}.values():
+                for entry in [*admitted, *self._ready, *self._active.values()]:  # encoded: in one of these
                     self._answer(entry, e)
                 self._active.clear()
                 self._ready.clear()
@@ -242,18 +242,13 @@ class Scheduler:
 
     def _expire(self, now: float) -> None:
         """Fail texts whose deadline passed; drop rows whose caller went away."""
-        for entry in list(self._queue):
+        for entry in [*self._queue, *self._ready, *self._active.values()]:
             if not entry.gone and now > entry.deadline:
                 self._answer(entry, DeadlineExceeded(f"the deadline passed after {now - entry.enqueued:.1f} s"))
-        for entry in list(self._ready):
-            if not entry.gone and now > entry.deadline:
-                self._answer(entry, DeadlineExceeded(f"the deadline passed after {now - entry.enqueued:.1f} s"))
-            if entry.gone:
-                self.decoder.cancel(entry.key)
-                self._ready.remove(entry)
+        for entry in [entry for entry in self._ready if entry.gone]:
+            self.decoder.cancel(entry.key)
+            self._ready.remove(entry)
         for key, entry in list(self._active.items()):
-            if not entry.gone and now > entry.deadline:
-                self._answer(entry, DeadlineExceeded(f"the deadline passed after {now - entry.enqueued:.1f} s"))
             if entry.gone:
                 self.decoder.cancel(key)
                 del self._active[key]

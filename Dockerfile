@@ -1,7 +1,8 @@
 # attnserve images. CPU (default):  docker build -t attnserve:cpu .
 #                   GPU (CUDA 12):  docker build --target gpu -t attnserve:gpu .
-# Runtime images hold the service's dependencies only: no torch, no compilers (every dependency ships wheels,
-# so the builders need none either; they exist to keep pip and the build tree out of the final image).
+# Runtime images hold the service's dependencies only: no torch, no compilers. The builders compile attnserve's one
+# C extension (service/_beam.c, beam search's per-step arithmetic) and keep gcc, pip and the build tree out of the
+# final image; every dependency ships wheels.
 # Settings are ATTNSERVE_* environment variables (docs/DEPLOY.md); the shipped en-ja bundle is inside.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
@@ -17,6 +18,9 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY deploy/requirements.py deploy/
 RUN python deploy/requirements.py > requirements.txt && pip install --no-cache-dir -r requirements.txt
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
 COPY service service
 COPY model model
 RUN pip install --no-cache-dir --no-deps .
@@ -36,6 +40,9 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY deploy/requirements.py deploy/
 RUN python deploy/requirements.py --gpu > requirements.txt && pip install --no-cache-dir -r requirements.txt
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev python3-dev \
+    && rm -rf /var/lib/apt/lists/*
 COPY service service
 COPY model model
 RUN pip install --no-cache-dir --no-deps .

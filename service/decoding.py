@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from service import _beam
 from service.bundle import ModelSpec
 from service.runner import Cache, HostTensors, Runner, StepOutput, Tensors
 
@@ -155,44 +156,22 @@ class _Rows:
 
 class _Scores:
     """One step's log-probabilities, log p(v | row) = logits[row, v] - log_norm[row], without writing the (N, V)
-    array of them out: choosing tokens reads the logits, and only the chosen tokens' log-probabilities are formed."""
-
-    BLOCK = 16  # tokens v and v + nb, v + 2 nb, ... share a block (nb = V // BLOCK) for beam_top's first pass
-    # Rows read together: 16 rows of 8,000 logits stay in the L2 cache between their block maxima, the subtraction,
-    # exp and sum (128 rows of the shipped model: 0.64 ms instead of 0.98 ms for the last three over all rows at once).
-    ROWS = 16
+    array of them out: choosing tokens reads the logits, and only the chosen tokens' log-probabilities are formed.
+    The log-normalizers and the block maxima that :func:`beam_top` ranks by come from C (service/_beam.c)."""
 
     def __init__(self, logits: np.ndarray, scored: np.ndarray) -> None:
         """``scored`` (N,) bool: the rows whose log-normalizer and block maxima are needed (beam rows always;
         greedy rows only when their request asked for scores: the others' log_norm is NaN, and a step whose rows
         need no scores builds no _Scores at all)."""
-        self.logits = logits  # (N, V); padding already -inf
+        self.logits = logits  # (N, V) float32, C-contiguous; padding already -inf
         N, V = logits.shape
-        nb = self.blocks
-        m = V // nb  # whole rounds of nb tokens; the tail (V - m nb < nb tokens) joins blocks 0, 1, ...
-        self.log_norm = np.full(N, np.nan, logits.dtype)
-        self.block_max = np.full((N, nb), np.nan, logits.dtype)  # (N, nb): the largest logit of each block
-        rows = np.flatnonzero(scored)
-        shifted = np.empty((min(self.ROWS, len(rows)), V), logits.dtype)
-        for i in range(0, len(rows), self.ROWS):
-            part = rows[i : i + self.ROWS]
-            x = logits[part[0] : part[-1] + 1] if part[-1] - part[0] == len(part) - 1 else logits[part]
-            bm = x[:, : m * nb].reshape(len(x), m, nb).max(axis=1)
-            tail = x[:, m * nb :]
-            bm[:, : tail.shape[1]] = np.maximum(bm[:, : tail.shape[1]], tail)
-            top = bm.max(axis=1)  # the row's largest logit
-            block = shifted[: len(x)]
-            np.subtract(x, top[:, None], out=block)
-            self.log_norm[part] = top + np.log(np.einsum("ij->i", np.exp(block, out=block)))
-            self.block_max[part] = bm
+        self.log_norm = np.full(N, np.nan, np.float32)
+        # (N, V / BLOCK): the largest logit of tokens b BLOCK .. (b + 1) BLOCK - 1
+        self.block_max = np.full((N, -(-V // _beam.BLOCK)), np.nan, np.float32)
+        _beam.scores(logits, np.flatnonzero(scored), self.log_norm, self.block_max)
 
     def logp(self, rows: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         return self.logits[rows, tokens] - self.log_norm[rows]  # float32, as the logits
-
-    @property
-    def blocks(self) -> int:
-        """nb: block b holds the tokens v with v % nb == b."""
-        return max(self.logits.shape[1] // self.BLOCK, 1)
 
 
 def beam_top(scores: _Scores, rows: np.ndarray, hyp_scores: np.ndarray, n: int) -> tuple[np.ndarray, ...]:
@@ -205,35 +184,18 @@ def beam_top(scores: _Scores, rows: np.ndarray, hyp_scores: np.ndarray, n: int) 
         (request, row, token, value) arrays, request by request, best first (ties by row then token), at most n
         a request and only finite values; value = hypothesis score + log p(token | row).
 
-    Exact in two passes: the n-th best block value (hypothesis score + a block's largest log-probability) is a cut
-    that at least n continuations reach, and every continuation above it lies in a block above it; only those
-    blocks' tokens are ranked.
+    Exact in two passes (service/_beam.c): the n-th best block value (hypothesis score + a block's largest
+    log-probability) is a cut that at least n continuations reach, and every continuation above it lies in a block
+    above it; only those blocks' tokens are ranked.
     """
-    J, k = rows.shape
-    nb = scores.blocks
-    base = hyp_scores - scores.log_norm[rows]  # (J, k) float64: value = base + logit
-    block_values = (base[:, :, None] + scores.block_max[rows]).reshape(J, k * nb)
-    cut = np.full(J, -np.inf)
-    if n < k * nb:
-        cut = np.partition(block_values, k * nb - n, axis=1)[:, k * nb - n]
-    j, rest = np.divmod(np.flatnonzero(block_values >= cut[:, None]), k * nb)
-    row, b = np.divmod(rest, nb)
-    V = scores.logits.shape[1]
-    per = -(-V // nb)  # tokens a block, at most
-    tokens = (b[:, None] + nb * np.arange(per)).ravel()  # every candidate block's tokens
-    block = np.repeat(np.arange(len(b)), per)
-    inside = tokens < V
-    tokens, block = tokens[inside], block[inside]
-    j, row = j[block], row[block]
-    r = rows[j, row]
-    value = base[j, row] + scores.logits[r, tokens]
-    keep = value >= cut[j]
-    j, r, tokens, value = j[keep], r[keep], tokens[keep], value[keep]
-    order = np.lexsort((tokens, r, -value, j))
-    j, r, tokens, value = j[order], r[order], tokens[order], value[order]
-    rank = np.arange(len(j)) - np.searchsorted(j, j)
-    keep = (rank < n) & np.isfinite(value)
-    return j[keep], r[keep], tokens[keep], value[keep]
+    J = len(rows)
+    j, r, t = (np.empty(J * n, np.int64) for _ in range(3))
+    value = np.empty(J * n)
+    count = _beam.top(
+        scores.logits, scores.log_norm, scores.block_max, np.ascontiguousarray(rows, np.int64),
+        np.ascontiguousarray(hyp_scores, np.float64), n, j, r, t, value,
+    )  # fmt: skip
+    return j[:count], r[:count], t[:count], value[:count]
 
 
 def beam_places(rows: np.ndarray, j: np.ndarray, parent: np.ndarray) -> np.ndarray:
@@ -602,10 +564,10 @@ class _Batch:
                 self._beam(k, scores, out, parent, token, stepped, done, finals)
             ix = np.flatnonzero(stepped)
             if len(moved := np.flatnonzero(parent != everyone)):  # rows that continue another row's hypothesis
-                src, put, take = parent[moved], self.tensors.put, self.tensors.take
+                src = parent[moved]
                 rows.move(moved, src)
-                self.past_keys = [put(k, moved, take(k, src)) for k in self.past_keys]
-                self.past_values = [put(v, moved, take(v, src)) for v in self.past_values]
+                self.past_keys = [self._copied(k, moved, src) for k in self.past_keys]
+                self.past_values = [self._copied(v, moved, src) for v in self.past_values]
             rows.alive = stepped  # a beam row that got no child holds no hypothesis until it gets one
         parents = ix if parent is None else parent[ix]  # the logits rows the tokens come from
         logp = scores.logp(parents, token[ix]) if scores is not None else np.full(len(ix), np.nan, np.float32)
@@ -778,6 +740,15 @@ class _Batch:
         else:
             out[:N, :, :used] = cache[:, :, :used]
         return out
+
+    def _copied(self, cache: Cache, dst: np.ndarray, src: np.ndarray) -> Cache:
+        """Rows ``src``'s self-attention caches copied into rows ``dst`` (a beam reorder); in place on the host, only
+        the slots they hold tokens in."""
+        if self.in_place and isinstance(cache, np.ndarray):
+            used = int(self.rows.length[dst].max()) + 1  # this step's slot is written, not counted yet
+            cache[dst, :, :used] = cache[src, :, :used]
+            return cache
+        return self.tensors.put(cache, dst, self.tensors.take(cache, src))
 
     def _compact(self) -> None:
         """Copy the live rows out: no holes left."""

@@ -9,6 +9,7 @@ from collections.abc import Hashable
 import numpy as np
 import pytest
 
+from service import _beam
 from service.bundle import ModelSpec
 from service.decoding import BatchDecoder, DecodeRequest, DecodeResult, _Scores, beam_places, beam_top, pack
 from service.runner import StepOutput
@@ -26,12 +27,13 @@ def brute_force(logits: np.ndarray, rows: list[int], scores: np.ndarray, n: int)
 
 
 @pytest.mark.parametrize("spread", [0.1, 3.0, 30.0])  # flat to peaked
-@pytest.mark.parametrize("V", [50, 53, 8])  # a whole number of blocks, a tail block, fewer tokens than a block
+@pytest.mark.parametrize("V", [256, 203, 53, 8])  # whole blocks of 64, a tail block, fewer tokens than a block
 def test_beam_candidates_are_the_exact_best(spread: float, V: int) -> None:
     rng = np.random.default_rng(int(spread * 10) + V)
     logits = (rng.standard_normal((9, V)) * spread).astype(np.float32)
     logits[:, 7] = -np.inf  # padding
     logits[4, 2] = logits[4, 3] = logits[4].max() + 1  # a tie, broken by token
+    logits[8] = logits[0]  # rows 8 and 0 of request 1, with equal scores: ties across rows, broken by row
     s = _Scores(logits.copy(), np.ones(len(logits), bool))
     rows = np.array([[1, 2, 4], [8, 0, 6], [3, 5, 7]])  # three requests of three rows, not in batch order
     scores = np.array([[-0.5, -2.0, -np.inf], [-1.0, -1.0, -3.0], [-np.inf, -0.1, -np.inf]])  # -inf: not alive
@@ -45,6 +47,36 @@ def test_beam_candidates_are_the_exact_best(spread: float, V: int) -> None:
     assert s.logp(np.array([2]), np.array([3]))[0] == pytest.approx(
         float(logits[2, 3] - np.log(np.exp(logits[2].astype(np.float64)).sum())), abs=1e-5
     )
+
+
+def test_log_normalizers_and_block_maxima() -> None:
+    rng = np.random.default_rng(5)
+    logits = (rng.standard_normal((6, 8000)) * np.array([[0.01], [1], [10], [100], [1], [1]])).astype(np.float32)
+    logits[:, 7999] = -np.inf  # padding
+    logits[4, :4000] = -np.inf
+    s = _Scores(logits.copy(), np.array([True, True, True, True, True, False]))
+    x = logits[:5].astype(np.float64)
+    want = x.max(1) + np.log(np.exp(x - x.max(1, keepdims=True)).sum(1))
+    np.testing.assert_allclose(s.log_norm[:5], want, rtol=2e-7, atol=2e-6)
+    padded = np.pad(logits, ((0, 0), (0, 64 * 125 - 8000)), constant_values=-np.inf)
+    np.testing.assert_array_equal(s.block_max[:5], padded[:5].reshape(5, 125, 64).max(2))
+    assert np.isnan(s.log_norm[5]) and np.isnan(s.block_max[5]).all()
+
+
+def test_the_c_step_refuses_arrays_it_cannot_read() -> None:
+    logits = np.zeros((2, 70), np.float32)
+    log_norm, block_max = np.zeros(2, np.float32), np.zeros((2, 2), np.float32)
+    for bad in (
+        (logits.astype(np.float64), np.arange(2), log_norm, block_max),  # wrong dtype
+        (logits, np.array([0, 2]), log_norm, block_max),  # a row out of range
+        (logits, np.arange(2), log_norm, np.zeros((2, 1), np.float32)),  # too few blocks
+        (np.zeros((2, 140), np.float32)[:, ::2], np.arange(2), log_norm, block_max),  # not contiguous
+    ):
+        with pytest.raises((ValueError, BufferError)):
+            _beam.scores(*bad)
+    out = [np.zeros(4, np.int64), np.zeros(4, np.int64), np.zeros(4, np.int64), np.zeros(4)]
+    with pytest.raises(ValueError):  # room for fewer than J n candidates
+        _beam.top(logits, log_norm, block_max, np.array([[0, 1]]), np.zeros((1, 2)), 8, *out)
 
 
 def test_no_live_row_gives_no_candidates() -> None:

@@ -1,0 +1,24 @@
+"""Beam search's per-step arithmetic, in C (service/_beam.c)."""
+
+import numpy as np
+
+BLOCK: int  # tokens a block of block_max
+
+def scores(logits: np.ndarray, rows: np.ndarray, log_norm: np.ndarray, block_max: np.ndarray) -> None:
+    """Rows ``rows`` of float32 ``logits`` (N, V): their log-normalizers into ``log_norm`` (N,) and block maxima
+    into ``block_max`` (N, ceil(V / BLOCK)), both float32."""
+
+def top(
+    logits: np.ndarray,
+    log_norm: np.ndarray,
+    block_max: np.ndarray,
+    rows: np.ndarray,
+    hyp: np.ndarray,
+    n: int,
+    out_j: np.ndarray,
+    out_r: np.ndarray,
+    out_t: np.ndarray,
+    out_v: np.ndarray,
+) -> int:
+    """The n best continuations of each request (rows int64 (J, k), hyp float64 (J, k)) into out_j, out_r, out_t
+    (int64) and out_v (float64), request by request, best first; returns how many."""

@@ -211,7 +211,9 @@ def beam_places(rows: np.ndarray, j: np.ndarray, parent: np.ndarray) -> np.ndarr
     stays = np.zeros(len(parent), bool)
     stays[first] = True
     place = parent.copy()
-    free_j, free_c = np.nonzero(~np.isin(rows, parent))  # rows no child continues, request by request
+    continued = np.zeros(int(rows.max()) + 1, bool)
+    continued[parent] = True
+    free_j, free_c = np.nonzero(~continued[rows])  # rows no child continues, request by request
     moved = j[~stays]
     rank = np.arange(len(moved)) - np.searchsorted(moved, moved)
     place[~stays] = rows[free_j, free_c][np.searchsorted(free_j, moved) + rank]
@@ -734,11 +736,13 @@ class _Batch:
             return cache if capacity == C else tensors.pad(cache, 2, capacity - C)
         used = int(self.rows.length.max(initial=0))
         size = N if rows is None else rows if isinstance(rows, int) else len(rows)
-        out = np.zeros((size, h, capacity, d_k), cache.dtype)
+        out = np.empty((size, h, capacity, d_k), cache.dtype)  # every slot written once (np.zeros wrote them twice)
+        out[:, :, used:] = 0
         if isinstance(rows, np.ndarray):
             out[:, :, :used] = cache[rows, :, :used]
         else:
             out[:N, :, :used] = cache[:, :, :used]
+            out[N:, :, :used] = 0
         return out
 
     def _copied(self, cache: Cache, dst: np.ndarray, src: np.ndarray) -> Cache:

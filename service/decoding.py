@@ -755,19 +755,35 @@ class _Batch:
         return self.tensors.put(cache, dst, self.tensors.take(cache, src))
 
     def _compact(self) -> None:
-        """Copy the live rows out: no holes left."""
-        ix = np.flatnonzero(self.rows.job >= 0)
-        if len(ix) == len(self.rows):
+        """No holes left. With host buffers written in place, the live rows past the first n (of n live rows) move
+        into the holes among the first n and every array keeps its first n rows, a view: only the moved rows are
+        copied (their used slots). Otherwise the live rows are copied out, in order."""
+        live = self.rows.job >= 0
+        n = int(np.count_nonzero(live))
+        if n == len(self.rows):
             return
-        take = self.tensors.take
-        self.past_keys = [self._moved(k, ix) for k in self.past_keys]
-        self.past_values = [self._moved(v, ix) for v in self.past_values]
-        self.self_mask = self.self_mask[ix]
-        self.cross_keys = [take(k, ix) for k in self.cross_keys]
-        self.cross_values = [take(v, ix) for v in self.cross_values]
-        self.encoder_mask = self.encoder_mask[ix]
-        self.rows = self.rows.take(ix)
         self._plan = None
+        if not (self.in_place and isinstance(self.past_keys[0], np.ndarray)):
+            ix, take = np.flatnonzero(live), self.tensors.take
+            self.past_keys = [self._moved(k, ix) for k in self.past_keys]
+            self.past_values = [self._moved(v, ix) for v in self.past_values]
+            self.self_mask = self.self_mask[ix]
+            self.cross_keys = [take(k, ix) for k in self.cross_keys]
+            self.cross_values = [take(v, ix) for v in self.cross_values]
+            self.encoder_mask = self.encoder_mask[ix]
+            self.rows = self.rows.take(ix)
+            return
+        src, dst = np.flatnonzero(live[n:]) + n, np.flatnonzero(~live[:n])
+        used = int(self.rows.length[src].max(initial=0))
+        for cache in (*self.past_keys, *self.past_values):
+            cache[dst, :, :used] = cache[src, :, :used]
+        for cache in (*self.cross_keys, *self.cross_values, self.encoder_mask):
+            cache[dst] = cache[src]
+        self.rows.move(dst, src)
+        self.past_keys, self.past_values = [k[:n] for k in self.past_keys], [v[:n] for v in self.past_values]
+        self.cross_keys, self.cross_values = [k[:n] for k in self.cross_keys], [v[:n] for v in self.cross_values]
+        self.encoder_mask, self.self_mask = self.encoder_mask[:n], self.self_mask[:n]
+        self.rows = self.rows.take(np.arange(n))
 
     def _trim(self) -> None:
         """Drop cache slots no live row owns any more, and source columns no live row needs (only when it is worth

@@ -137,6 +137,35 @@ def test_caches_written_in_place_give_the_exact_graphs_answers(tiny_bundle: Path
             np.testing.assert_allclose(ha.token_scores, hb.token_scores, atol=1e-5)
 
 
+def test_compaction_moves_rows_into_holes_and_changes_no_answer(tiny_bundle: Path) -> None:
+    """One batch of 24 requests (greedy and beams) where the first finish first: compacting moves rows from the
+    end into their holes (host buffers written in place) and keeps the first rows, and every request still gets the
+    exact graphs' answer."""
+    bundle = load_bundle(tiny_bundle)
+    tok = bundle.tokenizer
+    texts = ["Open", "Delete the selected files?", "Save as", "Print the document in this window now"]
+    requests = [
+        DecodeRequest(src=tok.encode_source(texts[i % 4]), beam_size=[1, 2, 1, 3][i % 4], max_length=2 + i)
+        for i in range(24)
+    ]
+    moved: list[int] = []
+    compact = _Batch._compact
+
+    def recorded(batch: _Batch) -> None:
+        live = batch.rows.job >= 0
+        moved.append(int(np.count_nonzero(live[np.count_nonzero(live) :])))  # live rows past the first n
+        compact(batch)
+
+    with patch.object(_Batch, "_compact", recorded):
+        results = decode(Runner(bundle, "cpu", fast=True), requests)
+    assert sum(moved) > 0, f"no row moved into a hole: {moved}"
+    exact = [decode(Runner(bundle, "cpu"), [r])[0] for r in requests]
+    for a, b in zip(results, exact, strict=True):
+        assert [h.tokens for h in a.hypotheses] == [h.tokens for h in b.hypotheses]
+        for ha, hb in zip(a.hypotheses, b.hypotheses, strict=True):
+            np.testing.assert_allclose(ha.token_scores, hb.token_scores, atol=1e-5)
+
+
 def joined_over_steps(runner: Runner, requests: list[DecodeRequest]) -> list[DecodeResult]:
     """One encoder call for every request; they join the batch a few at a time, steps apart (encoded ahead)."""
     decoder = BatchDecoder(runner)

@@ -356,6 +356,7 @@ class _Batch:
         self.spec: ModelSpec = runner.spec
         self.tensors = runner.tensors
         self.in_place = runner.in_place  # caches written in place: a row's tokens at its start, no self_mask
+        self.host_in_place = self.in_place and isinstance(self.tensors, HostTensors)  # numpy buffers, in place
         self._numbers = numbers  # request numbers, shared by the batches of one BatchDecoder
         self.reset()
 
@@ -568,8 +569,12 @@ class _Batch:
             if len(moved := np.flatnonzero(parent != everyone)):  # rows that continue another row's hypothesis
                 src = parent[moved]
                 rows.move(moved, src)
-                self.past_keys = [self._copied(k, moved, src) for k in self.past_keys]
-                self.past_values = [self._copied(v, moved, src) for v in self.past_values]
+                if self.host_in_place:  # only the slots they hold tokens in (this step's is written, not counted)
+                    self._copy_slots(moved, src, int(rows.length[moved].max()) + 1)
+                else:
+                    put, take = self.tensors.put, self.tensors.take
+                    self.past_keys = [put(k, moved, take(k, src)) for k in self.past_keys]
+                    self.past_values = [put(v, moved, take(v, src)) for v in self.past_values]
             rows.alive = stepped  # a beam row that got no child holds no hypothesis until it gets one
         parents = ix if parent is None else parent[ix]  # the logits rows the tokens come from
         logp = scores.logp(parents, token[ix]) if scores is not None else np.full(len(ix), np.nan, np.float32)
@@ -728,7 +733,7 @@ class _Batch:
         tensors = self.tensors
         N, h, C, d_k = tensors.shape(cache)
         capacity = C if capacity is None else capacity
-        if not (self.in_place and isinstance(cache, np.ndarray)):
+        if not self.host_in_place:
             if isinstance(rows, int):
                 cache = tensors.pad(cache, 0, rows - N)
             elif rows is not None:
@@ -745,14 +750,10 @@ class _Batch:
             out[N:, :, :used] = 0
         return out
 
-    def _copied(self, cache: Cache, dst: np.ndarray, src: np.ndarray) -> Cache:
-        """Rows ``src``'s self-attention caches copied into rows ``dst`` (a beam reorder); in place on the host, only
-        the slots they hold tokens in."""
-        if self.in_place and isinstance(cache, np.ndarray):
-            used = int(self.rows.length[dst].max()) + 1  # this step's slot is written, not counted yet
+    def _copy_slots(self, dst: np.ndarray, src: np.ndarray, used: int) -> None:
+        """Rows ``src``'s first ``used`` self-attention cache slots into rows ``dst``, in place (host buffers)."""
+        for cache in (*self.past_keys, *self.past_values):
             cache[dst, :, :used] = cache[src, :, :used]
-            return cache
-        return self.tensors.put(cache, dst, self.tensors.take(cache, src))
 
     def _compact(self) -> None:
         """No holes left. With host buffers written in place, the live rows past the first n (of n live rows) move
@@ -763,7 +764,7 @@ class _Batch:
         if n == len(self.rows):
             return
         self._plan = None
-        if not (self.in_place and isinstance(self.past_keys[0], np.ndarray)):
+        if not self.host_in_place:
             ix, take = np.flatnonzero(live), self.tensors.take
             self.past_keys = [self._moved(k, ix) for k in self.past_keys]
             self.past_values = [self._moved(v, ix) for v in self.past_values]
@@ -774,9 +775,7 @@ class _Batch:
             self.rows = self.rows.take(ix)
             return
         src, dst = np.flatnonzero(live[n:]) + n, np.flatnonzero(~live[:n])
-        used = int(self.rows.length[src].max(initial=0))
-        for cache in (*self.past_keys, *self.past_values):
-            cache[dst, :, :used] = cache[src, :, :used]
+        self._copy_slots(dst, src, int(self.rows.length[src].max(initial=0)))
         for cache in (*self.cross_keys, *self.cross_values, self.encoder_mask):
             cache[dst] = cache[src]
         self.rows.move(dst, src)

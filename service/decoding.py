@@ -343,6 +343,11 @@ class _Batch:
     their places (their cache rows written in place; when the holes are too few, the batch grows by the rest, without
     compacting first), and the batch is compacted only when holes are a quarter of it and either MIN_HOLES or more,
     or nobody joined for QUIET steps. A hole is still computed by the decoder, and ignored.
+
+    While every row is a beam row of one width G (a runner whose fast decoder groups rows, host buffers), the cross
+    caches and the encoder mask hold one source a request, for rows gG .. gG + G - 1 (a request's rows, from admission
+    to leaving; holes come in whole groups too), and cross-attention runs one query group a source; the first other
+    row to join ungroups them (a copy of the cross caches, once).
     """
 
     # Under bench/peers.py's mixed load (one thread, 220 requests/s), compacting whenever a quarter of a small batch
@@ -373,7 +378,8 @@ class _Batch:
         self.self_mask = np.zeros((0, 0), np.int64)  # (N, T)
         self.cross_keys: list[Cache] = [empty] * L
         self.cross_values: list[Cache] = [empty] * L
-        self.encoder_mask = np.zeros((0, 0), np.int64)  # (N, S)
+        self.encoder_mask = np.zeros((0, 0), np.int64)  # (N / G, S)
+        self.group = 1  # G: rows a source's cross keys and values serve (cross caches (N / G, h, S, d_k))
 
     @property
     def num_rows(self) -> int:
@@ -460,8 +466,10 @@ class _Batch:
         self.quiet = 0
         width = np.array([0 if r.forced is not None else r.beam_size for r in requests])  # as _Rows.width
         rows_of = np.repeat(np.arange(len(requests)), np.maximum(width, 1))  # new row -> request
-        keys, values = enc.cross(np.array(ix, np.int64)[rows_of])
-        mask = (np.arange(lengths.max())[None] < lengths[rows_of][:, None]).astype(np.int64)
+        self._regroup(width)
+        sources = rows_of if self.group == 1 else np.arange(len(requests))  # new cross cache row -> request
+        keys, values = enc.cross(np.array(ix, np.int64)[sources])
+        mask = (np.arange(lengths.max())[None] < lengths[sources][:, None]).astype(np.int64)
         n, T = len(rows_of), self.self_mask.shape[1]
         holes = np.flatnonzero(self.rows.job < 0)
         if len(holes) < n:
@@ -480,29 +488,47 @@ class _Batch:
             rows.attention[slot] = ([], []) if requests[i].attention else None
         self._plan = None
 
+    def _regroup(self, width: np.ndarray) -> None:
+        """Before rows of beam ``width`` join: group the cross caches by a beam width when the batch is empty and
+        every newcomer is a beam row of that width; ungroup them when a newcomer is not."""
+        k = int(width[0])
+        if not len(self.rows):
+            grouped = self.runner.grouped and self.host_in_place and k >= 2 and bool((width == k).all())
+            self.group = k if grouped else 1
+        elif self.group > 1 and not (width == self.group).all():
+            G, self.group = self.group, 1
+            self.cross_keys = [np.repeat(c, G, axis=0) for c in self.cross_keys]
+            self.cross_values = [np.repeat(c, G, axis=0) for c in self.cross_values]
+            self.encoder_mask = np.repeat(self.encoder_mask, G, axis=0)
+
+    def _sources(self, rows: np.ndarray) -> np.ndarray:
+        """The cross caches' rows of batch rows ``rows`` (whole groups, in order, when grouped)."""
+        return rows[:: self.group] // self.group
+
     def _fill(self, slots: list[int], keys: list[Cache], values: list[Cache], mask: np.ndarray) -> list[int]:
         """Write new rows (their cross keys and values, and encoder mask) into holes, in place: no other row's
         self-attention cache is copied (the cross caches are, once, when a new source is longer than S). Their old
         cache slots stay, masked."""
         tensors, ix = self.tensors, np.array(slots, np.int64)
+        at = self._sources(ix)
         S, S_new = self.encoder_mask.shape[1], mask.shape[1]
         if S_new > S:
             self.cross_keys = [tensors.pad(k, 2, S_new - S) for k in self.cross_keys]
             self.cross_values = [tensors.pad(v, 2, S_new - S) for v in self.cross_values]
-            self.encoder_mask = np.concatenate([self.encoder_mask, np.zeros((len(self.rows), S_new - S), np.int64)], 1)
-        self.cross_keys = [tensors.put(c, ix, k) for c, k in zip(self.cross_keys, keys, strict=True)]
-        self.cross_values = [tensors.put(c, ix, v) for c, v in zip(self.cross_values, values, strict=True)]
-        self.encoder_mask[ix] = 0
-        self.encoder_mask[ix, :S_new] = mask
+            self.encoder_mask = np.pad(self.encoder_mask, ((0, 0), (0, S_new - S)))
+        self.cross_keys = [tensors.put(c, at, k) for c, k in zip(self.cross_keys, keys, strict=True)]
+        self.cross_values = [tensors.put(c, at, v) for c, v in zip(self.cross_values, values, strict=True)]
+        self.encoder_mask[at] = 0
+        self.encoder_mask[at, :S_new] = mask
         self.self_mask[ix] = 0  # the new rows own no cache slot yet
         return slots
 
     def _grow(self, m: int) -> np.ndarray:
         """Add m holes at the end (a copy of every cache), for newcomers that the holes cannot take; their rows."""
-        tensors, N = self.tensors, len(self.rows)
-        self.cross_keys = [tensors.pad(k, 0, m) for k in self.cross_keys]
-        self.cross_values = [tensors.pad(v, 0, m) for v in self.cross_values]
-        self.encoder_mask = np.concatenate([self.encoder_mask, np.zeros((m, self.encoder_mask.shape[1]), np.int64)])
+        tensors, N, sources = self.tensors, len(self.rows), m // self.group
+        self.cross_keys = [tensors.pad(k, 0, sources) for k in self.cross_keys]
+        self.cross_values = [tensors.pad(v, 0, sources) for v in self.cross_values]
+        self.encoder_mask = np.pad(self.encoder_mask, ((0, sources), (0, 0)))
         self.past_keys = [self._moved(k, rows=N + m) for k in self.past_keys]
         self.past_values = [self._moved(v, rows=N + m) for v in self.past_values]
         self.self_mask = np.concatenate([self.self_mask, np.zeros((m, self.self_mask.shape[1]), np.int64)])
@@ -774,14 +800,15 @@ class _Batch:
             self.encoder_mask = self.encoder_mask[ix]
             self.rows = self.rows.take(ix)
             return
-        src, dst = np.flatnonzero(live[n:]) + n, np.flatnonzero(~live[:n])
+        src, dst = np.flatnonzero(live[n:]) + n, np.flatnonzero(~live[:n])  # whole groups, in order, when grouped
         self._copy_slots(dst, src, int(self.rows.length[src].max(initial=0)))
         for cache in (*self.cross_keys, *self.cross_values, self.encoder_mask):
-            cache[dst] = cache[src]
+            cache[self._sources(dst)] = cache[self._sources(src)]
         self.rows.move(dst, src)
         self.past_keys, self.past_values = [k[:n] for k in self.past_keys], [v[:n] for v in self.past_values]
-        self.cross_keys, self.cross_values = [k[:n] for k in self.cross_keys], [v[:n] for v in self.cross_values]
-        self.encoder_mask, self.self_mask = self.encoder_mask[:n], self.self_mask[:n]
+        J = n // self.group
+        self.cross_keys, self.cross_values = [k[:J] for k in self.cross_keys], [v[:J] for v in self.cross_values]
+        self.encoder_mask, self.self_mask = self.encoder_mask[:J], self.self_mask[:n]
         self.rows = self.rows.take(np.arange(n))
 
     def _trim(self) -> None:
@@ -800,7 +827,7 @@ class _Batch:
             self.past_values = [narrow(v, 2, first, T) for v in self.past_values]
             self.self_mask = np.ascontiguousarray(self.self_mask[:, first:])
             self.rows.start = np.maximum(self.rows.start - first, 0)
-        S = int(self.encoder_mask[live].sum(axis=1).max())
+        S = int(self.encoder_mask[live // self.group].sum(axis=1).max())
         if self.encoder_mask.shape[1] * 3 >= S * 4:
             self.cross_keys = [narrow(k, 2, 0, S) for k in self.cross_keys]
             self.cross_values = [narrow(v, 2, 0, S) for v in self.cross_values]

@@ -263,6 +263,10 @@ class Runner:
         # The fast decoder (no self-attention mask) keeps each row's tokens at the start of its cache buffers and
         # writes a step's slots into them in place (docs/ARCHITECTURE.md, "caches written in place").
         self.in_place = "self_attention_mask" not in {i.name for i in self.decoder.get_inputs()}
+        # Its cross keys and values may serve G consecutive rows each (a beam request's): their first axis is named
+        # apart from the rows' (model/export.py, FastDecoderGraph). Bundles exported before that take one a row.
+        dims = {i.name: i.shape[0] for i in self.decoder.get_inputs()}
+        self.grouped = self.in_place and dims["encoder_attention_mask"] != dims["input_ids"]
         self._bindings = threading.local()
         self._caches = {f"{kind}.{l}" for kind in ("cross_keys", "cross_values", "present_keys", "present_values")
                         for l in range(L)}  # fmt: skip

@@ -10,7 +10,15 @@ import onnx
 import pytest
 import torch
 
-from model.export import add_float16, add_int8, check_graphs, export_bundle, export_fast_decoder, load_state_dict
+from model.export import (
+    add_float16,
+    add_int8,
+    check_graphs,
+    export_bundle,
+    export_fast_decoder,
+    fast_example,
+    load_state_dict,
+)
 from model.transformer import Transformer, greedy_decode
 from service.bundle import load_bundle
 from service.decoding import DecodeRequest, decode
@@ -121,6 +129,29 @@ def test_fast_decoder_fuses_attention_and_matches_pytorch(tmp_path: Path) -> Non
         "logits",
         *(f"present_{k}.{l}" for k in ("keys", "values") for l in (0, 1)),
     ]
+
+
+def test_fast_decoder_groups_rows_that_share_a_source(tmp_path: Path) -> None:
+    """G consecutive rows may share one source's cross keys and values (a beam request's rows): the same step as
+    with the source repeated for each row; the first axis of the cross inputs is named apart from the rows'."""
+    import onnxruntime as ort
+
+    model = tiny_model(365)
+    path = tmp_path / "decoder.fast.onnx"
+    export_fast_decoder(model, path)
+    feed, _ = fast_example(model)  # 3 rows with 3 sources
+    G, L = 2, model.config.n_decoder_layers
+    cross = [f"cross_{kind}.{l}" for kind in ("keys", "values") for l in range(L)]
+    rows = {k: np.repeat(v, G, axis=0) for k, v in feed.items() if k not in (*cross, "encoder_attention_mask")}
+    rows["input_ids"] = np.arange(2, 2 + 3 * G)[:, None]  # different tokens in one source's rows
+    sources = {k: feed[k] for k in (*cross, "encoder_attention_mask")}
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    repeated = session.run(None, {**rows, **{k: np.repeat(v, G, axis=0) for k, v in sources.items()}})
+    grouped = session.run(None, {**rows, **sources})
+    for want, got in zip(repeated, grouped, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    dims = {i.name: i.type.tensor_type.shape.dim[0].dim_param for i in onnx.load(str(path)).graph.input}
+    assert dims["input_ids"] != dims["encoder_attention_mask"] == dims["cross_keys.0"]
 
 
 def test_float16_variant(spm: Path, tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ class FakeRunner:
 
     tensors = HostTensors()
     in_place = False  # left-padded caches and a self-attention mask, as decoder.onnx
+    grouped = False  # one source a row
 
     def __init__(self) -> None:
         self.step_rows: list[int] = []

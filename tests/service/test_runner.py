@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import sys
 from collections import Counter
 from contextlib import ExitStack
@@ -163,6 +164,50 @@ def test_compaction_moves_rows_into_holes_and_changes_no_answer(tiny_bundle: Pat
     for a, b in zip(results, exact, strict=True):
         assert [h.tokens for h in a.hypotheses] == [h.tokens for h in b.hypotheses]
         for ha, hb in zip(a.hypotheses, b.hypotheses, strict=True):
+            np.testing.assert_allclose(ha.token_scores, hb.token_scores, atol=1e-5)
+
+
+def test_rows_of_one_beam_width_share_their_sources(tiny_bundle: Path) -> None:
+    """Beam requests of one width only: the cross caches hold one source a request (k rows), through compaction
+    (whole groups move into holes) and newcomers of that width; a greedy newcomer ungroups them. Every answer is
+    the exact graphs'."""
+    bundle = load_bundle(tiny_bundle)
+    tok = bundle.tokenizer
+    texts = ["Open", "Delete the selected files?", "Save as", "Print the document in this window now"]
+    requests = [DecodeRequest(src=tok.encode_source(texts[i % 4]), beam_size=3, max_length=2 + i) for i in range(8)]
+    requests += [DecodeRequest(src=tok.encode_source(t), beam_size=3, max_length=12) for t in texts[:2]]
+    requests.append(DecodeRequest(src=tok.encode_source(texts[3]), max_length=6))  # greedy
+    joins = {0: list(range(8)), 5: [8, 9], 9: [10]}  # step -> requests that join before it
+    groups: list[int] = []
+    moved: list[int] = []
+    compact = _Batch._compact
+
+    def recorded(batch: _Batch) -> None:
+        live = batch.rows.job >= 0
+        if batch.group > 1:
+            moved.append(int(np.count_nonzero(live[np.count_nonzero(live) :])))
+        compact(batch)
+
+    runner = Runner(bundle, "cpu", fast=True)
+    assert runner.grouped
+    decoder = BatchDecoder(runner)
+    decoder.encode(list(enumerate(requests)))
+    results: dict[int, DecodeResult] = {}
+    with patch.object(_Batch, "_compact", recorded):
+        for step in itertools.count():
+            if step in joins:
+                decoder.join(joins[step])
+            if not decoder.num_rows and step > max(joins):
+                break
+            groups.append(decoder.young.group)
+            done, _ = decoder.step()
+            results.update((int(k), r) for k, r in done)  # type: ignore[call-overload]
+    assert groups[0] == groups[8] == 3 and groups[9] == 1, groups
+    assert sum(moved) > 0, f"no group moved into a hole: {moved}"
+    exact = [decode(Runner(bundle, "cpu"), [r])[0] for r in requests]
+    for i, b in enumerate(exact):
+        assert [h.tokens for h in results[i].hypotheses] == [h.tokens for h in b.hypotheses]
+        for ha, hb in zip(results[i].hypotheses, b.hypotheses, strict=True):
             np.testing.assert_allclose(ha.token_scores, hb.token_scores, atol=1e-5)
 
 

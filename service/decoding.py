@@ -753,9 +753,10 @@ class _Batch:
     def _moved(self, cache: Cache, rows: np.ndarray | int | None = None, capacity: int | None = None) -> Cache:
         """A self-attention cache with rows ``rows`` (an index: those rows; a count: every row, then empty ones up
         to that many) and ``capacity`` slots. With buffers written in place on the host, only the slots that rows
-        hold tokens in are copied (the rest are zeros, as stale slots always were): one long row makes the buffers
-        many times what the others use, and copying all of it whenever rows joined or left took 5 of 15 s of a
-        mixed load (bench/peers.py's)."""
+        hold tokens in are copied, and the rest are left as they come (the fast decoder reads a row's slots below
+        its length only, tests/model/test_export.py): one long row makes the buffers many times what the others use,
+        and copying all of it whenever rows joined or left took 5 of 15 s of a mixed load (bench/peers.py's);
+        zeroing the new slots took 0.1 of 2.5 s of beam search (bench/peers.py's runner, int8)."""
         tensors = self.tensors
         N, h, C, d_k = tensors.shape(cache)
         capacity = C if capacity is None else capacity
@@ -767,13 +768,11 @@ class _Batch:
             return cache if capacity == C else tensors.pad(cache, 2, capacity - C)
         used = int(self.rows.length.max(initial=0))
         size = N if rows is None else rows if isinstance(rows, int) else len(rows)
-        out = np.empty((size, h, capacity, d_k), cache.dtype)  # every slot written once (np.zeros wrote them twice)
-        out[:, :, used:] = 0
+        out = np.empty((size, h, capacity, d_k), cache.dtype)
         if isinstance(rows, np.ndarray):
             out[:, :, :used] = cache[rows, :, :used]
         else:
             out[:N, :, :used] = cache[:, :, :used]
-            out[N:, :, :used] = 0
         return out
 
     def _copy_slots(self, dst: np.ndarray, src: np.ndarray, used: int) -> None:

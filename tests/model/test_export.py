@@ -131,6 +131,29 @@ def test_fast_decoder_fuses_attention_and_matches_pytorch(tmp_path: Path) -> Non
     ]
 
 
+def test_fast_decoder_reads_no_slot_past_a_rows_length(tmp_path: Path) -> None:
+    """The service leaves the slots of grown cache buffers unwritten (service/decoding.py, _Batch._moved): whatever
+    they hold past each row's length, NaN and infinity included, the step is the same."""
+    import onnxruntime as ort
+
+    model = tiny_model(365)
+    path = tmp_path / "decoder.fast.onnx"
+    export_fast_decoder(model, path)
+    feed, _ = fast_example(model)
+    lengths = feed["position_ids"][:, 0]
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    steps = []
+    for stale in (0.0, np.nan, np.inf):
+        filled = {k: v.copy() for k, v in feed.items()}
+        for name in (k for k in filled if k.startswith("past_")):
+            for b, n in enumerate(lengths):
+                filled[name][b, :, n:] = stale
+        steps.append(session.run(["logits"], filled)[0])
+    assert np.isfinite(steps[0]).all()
+    np.testing.assert_array_equal(steps[1], steps[0])
+    np.testing.assert_array_equal(steps[2], steps[0])
+
+
 def test_fast_decoder_groups_rows_that_share_a_source(tmp_path: Path) -> None:
     """G consecutive rows may share one source's cross keys and values (a beam request's rows): the same step as
     with the source repeated for each row; the first axis of the cross inputs is named apart from the rows'."""

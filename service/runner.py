@@ -358,10 +358,13 @@ class Runner:
                     binding.bind_ortvalue_input(name, value)
                     binding.bind_ortvalue_output(f"present_{kind}.{l}", value)
                     bound[name] = cache
-        binding.bind_output("logits", "cpu")  # again: a fresh array each step (the row count changes); still output 0
+        B, V = len(feed["input_ids"]), self.spec.vocab_size
+        logits: np.ndarray = bound.get("logits", np.empty((0, V), np.float32))
+        if logits.shape[0] != B:  # the step's logits are written into this thread's array of B rows, bound again
+            logits = bound["logits"] = np.empty((B, V), np.float32)  # only when the row count changes
+            binding.bind_output("logits", "cpu", 0, np.float32, logits.shape, logits.ctypes.data)
         self.decoder.run_with_iobinding(binding)
-        logits: np.ndarray = binding.get_outputs()[0].numpy()
-        return logits
+        return logits  # overwritten by this thread's next step
 
     def _binding(self) -> tuple[ort.IOBinding, dict[str, Any]]:
         """This thread's IOBinding of the fast decoder and what is bound to it (schedulers on several threads share
@@ -369,6 +372,5 @@ class Runner:
         state: tuple[ort.IOBinding, dict[str, Any]] | None = getattr(self._bindings, "state", None)
         if state is None:
             binding = self.decoder.io_binding()
-            binding.bind_output("logits", "cpu")  # output 0
             state = self._bindings.state = (binding, {})
         return state

@@ -9,6 +9,10 @@
        value = hyp + logits[r, t] - log_norm[r]; request by request, best first, ties by row then token, only
        finite values. Exact in two passes: the n-th best block value (hyp - log_norm + block maximum) is a cut that
        at least n continuations reach, and every continuation above it lies in a block above it.
+   copy_rows(cache, dst, src, used)
+       cache[dst[i], :, :used] = cache[src[i], :, :used] for a C-contiguous (N, h, C, d) cache, in place, one memmove
+       a head (numpy's fancy indexing gathers into a temporary first); dst and src rows are disjoint (beam children
+       move into rows no child continues, compaction moves rows into holes).
 
    numpy did the same in 0.44 ms for 64 rows of 8,000 logits (subtract, exp, sum and the block maxima over the
    (N, V) array); this takes 0.17-0.20 ms, and the ranking needs no (J, k * blocks) arrays. The exponential is
@@ -258,10 +262,44 @@ static PyObject *top(PyObject *self, PyObject *args) {
     return PyLong_FromLongLong(count);
 }
 
+static PyObject *copy_rows(PyObject *self, PyObject *args) {
+    PyObject *objs[3];
+    Py_ssize_t used;
+    Py_buffer cache, dst, src;
+    if (!PyArg_ParseTuple(args, "OOOn:copy_rows", &objs[0], &objs[1], &objs[2], &used)) return NULL;
+    if (PyObject_GetBuffer(objs[0], &cache, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) return NULL;
+    if (get_buffer(objs[1], &dst, "dst", "lq", 8, 1, 0) < 0) goto fail_dst;
+    if (get_buffer(objs[2], &src, "src", "lq", 8, 1, 0) < 0) goto fail_src;
+    const int64_t *d = dst.buf, *s = src.buf, m = dst.shape[0];
+    int bad = cache.ndim != 4 || src.shape[0] != m || used < 0 || (cache.ndim == 4 && used > cache.shape[2]);
+    for (int64_t i = 0; i < m && !bad; i++)
+        bad = d[i] < 0 || d[i] >= cache.shape[0] || s[i] < 0 || s[i] >= cache.shape[0];
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "copy_rows: expected a C-contiguous (N, h, C, d) array, its rows, used <= C");
+    } else {
+        Py_ssize_t h = cache.shape[1], slot = cache.shape[3] * cache.itemsize, head = cache.shape[2] * slot;
+        char *buf = cache.buf;
+        Py_BEGIN_ALLOW_THREADS
+        for (int64_t i = 0; i < m; i++)
+            for (Py_ssize_t j = 0; j < h; j++)
+                memmove(buf + (d[i] * h + j) * head, buf + (s[i] * h + j) * head, (size_t)(used * slot));
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&src);
+fail_src:
+    PyBuffer_Release(&dst);
+fail_dst:
+    PyBuffer_Release(&cache);
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"scores", scores, METH_VARARGS, "scores(logits, rows, log_norm, block_max): rows' log-normalizers and block maxima"},
     {"top", top, METH_VARARGS,
      "top(logits, log_norm, block_max, rows, hyp, n, out_j, out_r, out_t, out_v) -> count: each request's n best"},
+    {"copy_rows", copy_rows, METH_VARARGS,
+     "copy_rows(cache, dst, src, used): cache[dst, :, :used] = cache[src, :, :used], in place, row by row"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -777,8 +777,9 @@ class _Batch:
 
     def _copy_slots(self, dst: np.ndarray, src: np.ndarray, used: int) -> None:
         """Rows ``src``'s first ``used`` self-attention cache slots into rows ``dst``, in place (host buffers)."""
+        dst, src = np.ascontiguousarray(dst, np.int64), np.ascontiguousarray(src, np.int64)
         for cache in (*self.past_keys, *self.past_values):
-            cache[dst, :, :used] = cache[src, :, :used]
+            _beam.copy_rows(cache, dst, src, used)
 
     def _compact(self) -> None:
         """No holes left. With host buffers written in place, the live rows past the first n (of n live rows) move

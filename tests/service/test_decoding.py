@@ -79,6 +79,24 @@ def test_the_c_step_refuses_arrays_it_cannot_read() -> None:
         _beam.top(logits, log_norm, block_max, np.array([[0, 1]]), np.zeros((1, 2)), 8, *out)
 
 
+def test_rows_are_copied_in_place() -> None:
+    cache = np.random.default_rng(0).standard_normal((6, 2, 5, 3)).astype(np.float32)
+    want = cache.copy()
+    dst, src = np.array([4, 0, 5]), np.array([1, 3, 2])
+    want[dst, :, :4] = want[src, :, :4]
+    _beam.copy_rows(cache, dst, src, 4)
+    np.testing.assert_array_equal(cache, want)
+    for bad in (
+        (cache, dst, src, 6),  # more slots than the cache has
+        (cache, np.array([6]), np.array([0]), 1),  # a row out of range
+        (cache, dst, src[:2], 1),  # unpaired rows
+        (cache[0], dst, src, 1),  # not 4-d
+        (cache[:, :, ::2], dst, src, 1),  # not contiguous
+    ):
+        with pytest.raises((ValueError, BufferError)):
+            _beam.copy_rows(*bad)
+
+
 def test_no_live_row_gives_no_candidates() -> None:
     s = _Scores(np.zeros((2, 5), np.float32), np.ones(2, bool))
     j, r, v, value = beam_top(s, np.array([[0, 1]]), np.array([[-np.inf, -np.inf]]), 4)

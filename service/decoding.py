@@ -630,6 +630,8 @@ class _Batch:
         """The decoder on every row; on a batch with no cache yet, only on the rows that hold a hypothesis (a beam
         request's other rows start empty): beam k computes one row a request in its first step, not k."""
         rows, tensors = self.rows, self.tensors
+        if self.host_in_place and not rows.alive.all() and not rows.length.any():
+            return self._first_step(ids, positions)
         if self_mask is None or self.self_mask.shape[1] or rows.alive.all():
             caches = (self.cross_keys, self.cross_values, self.past_keys, self.past_values)
             return self.runner.step(ids, positions, self.encoder_mask, self_mask, *caches)
@@ -660,6 +662,29 @@ class _Batch:
             [spread(v) for v in out.present_values],
             *attention,
         )
+
+    def _first_step(self, ids: np.ndarray, positions: np.ndarray) -> StepOutput:
+        """:meth:`_decoder_step` with host buffers written in place, while no row holds a token: the rows that hold
+        a hypothesis step on buffers of their own, whose first slot is then copied into the batch's (a batch of
+        32 beam-4 requests computes 32 rows in its first step, not 128: float32 8.3 against 2.3 ms)."""
+        rows = self.rows
+        run = np.flatnonzero(rows.alive)
+        at = run // self.group  # their sources
+        if np.array_equal(at, np.arange(len(self.encoder_mask))):
+            cross_keys, cross_values, encoder_mask = self.cross_keys, self.cross_values, self.encoder_mask
+        else:
+            cross_keys, cross_values = [c[at] for c in self.cross_keys], [c[at] for c in self.cross_values]
+            encoder_mask = self.encoder_mask[at]
+        past_keys, past_values = ([np.empty((len(run), *c.shape[1:]), c.dtype) for c in caches]
+                                  for caches in (self.past_keys, self.past_values))  # fmt: skip
+        out = self.runner.step(
+            ids[run], positions[run], encoder_mask, None, cross_keys, cross_values, past_keys, past_values
+        )
+        for full, mine in zip((*self.past_keys, *self.past_values), (*past_keys, *past_values), strict=True):
+            full[run, :, :1] = mine[:, :, :1]
+        logits = np.zeros((len(rows), out.logits.shape[1]), out.logits.dtype)
+        logits[run] = out.logits  # an empty row is no hypothesis: its (finite) logits are never ranked
+        return StepOutput(logits, self.past_keys, self.past_values, None, None)
 
     def _beam(
         self,

@@ -359,9 +359,9 @@ class Runner:
                     binding.bind_ortvalue_output(f"present_{kind}.{l}", value)
                     bound[name] = cache
         B, V = len(feed["input_ids"]), self.spec.vocab_size
-        logits: np.ndarray = bound.get("logits", np.empty((0, V), np.float32))
-        if logits.shape[0] != B:  # the step's logits are written into this thread's array of B rows, bound again
-            logits = bound["logits"] = np.empty((B, V), np.float32)  # only when the row count changes
+        logits: np.ndarray | None = bound.get("logits")
+        if logits is None or len(logits) != B:  # the step's logits go into this thread's array of B rows, bound
+            logits = bound["logits"] = np.empty((B, V), np.float32)  # again only when the row count changes
             binding.bind_output("logits", "cpu", 0, np.float32, logits.shape, logits.ctypes.data)
         self.decoder.run_with_iobinding(binding)
         return logits  # overwritten by this thread's next step

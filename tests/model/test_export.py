@@ -131,14 +131,21 @@ def test_fast_decoder_fuses_attention_and_matches_pytorch(tmp_path: Path) -> Non
     ]
 
 
-def test_fast_decoder_reads_no_slot_past_a_rows_length(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def fast_decoder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Transformer, Path]:
+    """A tiny model and its exported fast decoder."""
+    model = tiny_model(365)
+    path = tmp_path_factory.mktemp("fast") / "decoder.fast.onnx"
+    export_fast_decoder(model, path)
+    return model, path
+
+
+def test_fast_decoder_reads_no_slot_past_a_rows_length(fast_decoder: tuple[Transformer, Path]) -> None:
     """The service leaves the slots of grown cache buffers unwritten (service/decoding.py, _Batch._moved): whatever
     they hold past each row's length, NaN and infinity included, the step is the same."""
     import onnxruntime as ort
 
-    model = tiny_model(365)
-    path = tmp_path / "decoder.fast.onnx"
-    export_fast_decoder(model, path)
+    model, path = fast_decoder
     feed, _ = fast_example(model)
     lengths = feed["position_ids"][:, 0]
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
@@ -154,14 +161,12 @@ def test_fast_decoder_reads_no_slot_past_a_rows_length(tmp_path: Path) -> None:
     np.testing.assert_array_equal(steps[2], steps[0])
 
 
-def test_fast_decoder_groups_rows_that_share_a_source(tmp_path: Path) -> None:
+def test_fast_decoder_groups_rows_that_share_a_source(fast_decoder: tuple[Transformer, Path]) -> None:
     """G consecutive rows may share one source's cross keys and values (a beam request's rows): the same step as
     with the source repeated for each row; the first axis of the cross inputs is named apart from the rows'."""
     import onnxruntime as ort
 
-    model = tiny_model(365)
-    path = tmp_path / "decoder.fast.onnx"
-    export_fast_decoder(model, path)
+    model, path = fast_decoder
     feed, _ = fast_example(model)  # 3 rows with 3 sources
     G, L = 2, model.config.n_decoder_layers
     cross = [f"cross_{kind}.{l}" for kind in ("keys", "values") for l in range(L)]

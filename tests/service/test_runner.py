@@ -14,7 +14,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from service.bundle import load_bundle
+from service.bundle import Bundle, load_bundle
 from service.decoding import BatchDecoder, DecodeRequest, DecodeResult, _Batch, decode, pack
 from service.runner import CPU, DeviceTensors, HostTensors, Runner, keep_freed_memory
 
@@ -105,6 +105,15 @@ def test_io_binding_gives_the_same_tokens_scores_and_attention(tiny_bundle: Path
                 np.testing.assert_allclose(x, y, atol=atol)
 
 
+def assert_exact_answers(bundle: Bundle, requests: list[DecodeRequest], results: list[DecodeResult]) -> None:
+    """Each result has the tokens and scores of its request decoded alone on the exact graphs (decoder.onnx)."""
+    exact = [decode(Runner(bundle, "cpu"), [r])[0] for r in requests]
+    for a, b in zip(results, exact, strict=True):
+        assert [h.tokens for h in a.hypotheses] == [h.tokens for h in b.hypotheses]
+        for ha, hb in zip(a.hypotheses, b.hypotheses, strict=True):
+            np.testing.assert_allclose(ha.token_scores, hb.token_scores, atol=1e-5)
+
+
 @pytest.mark.parametrize("io_binding", [False, True])
 def test_caches_written_in_place_give_the_exact_graphs_answers(tiny_bundle: Path, io_binding: bool) -> None:
     """float32's fast decoder (each row's tokens at the start of cache buffers that it writes in place) through
@@ -131,11 +140,7 @@ def test_caches_written_in_place_give_the_exact_graphs_answers(tiny_bundle: Path
     with patch.object(_Batch, "_reserve", recorded):
         in_place, _ = staggered(fast, requests)
     assert {16, 32, 64} <= set(capacities) and capacities[-1] < 64, f"the buffers did not grow and shrink: {capacities}"
-    exact = [decode(Runner(bundle, "cpu"), [r])[0] for r in requests]
-    for a, b in zip(in_place, exact, strict=True):
-        assert [h.tokens for h in a.hypotheses] == [h.tokens for h in b.hypotheses]
-        for ha, hb in zip(a.hypotheses, b.hypotheses, strict=True):
-            np.testing.assert_allclose(ha.token_scores, hb.token_scores, atol=1e-5)
+    assert_exact_answers(bundle, requests, in_place)
 
 
 def test_compaction_moves_rows_into_holes_and_changes_no_answer(tiny_bundle: Path) -> None:
@@ -160,11 +165,7 @@ def test_compaction_moves_rows_into_holes_and_changes_no_answer(tiny_bundle: Pat
     with patch.object(_Batch, "_compact", recorded):
         results = decode(Runner(bundle, "cpu", fast=True), requests)
     assert sum(moved) > 0, f"no row moved into a hole: {moved}"
-    exact = [decode(Runner(bundle, "cpu"), [r])[0] for r in requests]
-    for a, b in zip(results, exact, strict=True):
-        assert [h.tokens for h in a.hypotheses] == [h.tokens for h in b.hypotheses]
-        for ha, hb in zip(a.hypotheses, b.hypotheses, strict=True):
-            np.testing.assert_allclose(ha.token_scores, hb.token_scores, atol=1e-5)
+    assert_exact_answers(bundle, requests, results)
 
 
 def test_rows_of_one_beam_width_share_their_sources(tiny_bundle: Path) -> None:
@@ -204,11 +205,7 @@ def test_rows_of_one_beam_width_share_their_sources(tiny_bundle: Path) -> None:
             results.update((int(k), r) for k, r in done)  # type: ignore[call-overload]
     assert groups[0] == groups[8] == 3 and groups[9] == 1, groups
     assert sum(moved) > 0, f"no group moved into a hole: {moved}"
-    exact = [decode(Runner(bundle, "cpu"), [r])[0] for r in requests]
-    for i, b in enumerate(exact):
-        assert [h.tokens for h in results[i].hypotheses] == [h.tokens for h in b.hypotheses]
-        for ha, hb in zip(results[i].hypotheses, b.hypotheses, strict=True):
-            np.testing.assert_allclose(ha.token_scores, hb.token_scores, atol=1e-5)
+    assert_exact_answers(bundle, requests, [results[i] for i in range(len(requests))])
 
 
 def joined_over_steps(runner: Runner, requests: list[DecodeRequest]) -> list[DecodeResult]:

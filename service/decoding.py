@@ -21,6 +21,7 @@ instead, there is no ``self_mask`` (T = 0), and the buffers' capacity C follows 
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
@@ -119,6 +120,14 @@ class _Rows:
         rows.attention = [self.attention[i] for i in ix.tolist()]
         return rows
 
+    def head(self, n: int) -> _Rows:
+        """The first n rows, as views (no copy)."""
+        rows = _Rows.__new__(_Rows)
+        for name in self.ARRAYS:
+            setattr(rows, name, getattr(self, name)[:n])
+        rows.attention = self.attention[:n]
+        return rows
+
     def move(self, dst: np.ndarray, src: np.ndarray) -> None:
         """Rows ``dst`` become copies of rows ``src`` (in place; attention lists shared as in :meth:`take`)."""
         for name in self.ARRAYS:
@@ -148,7 +157,8 @@ class _Rows:
 
     def hypothesis(self, r: int) -> Hypothesis:
         n = int(self.length[r])
-        hyp = Hypothesis(self.tokens[r, :n].tolist(), self.token_scores[r, :n].tolist())
+        scores = self.token_scores[r, :n].tolist() if self.scored[r] else [math.nan] * n  # unscored: never written
+        hyp = Hypothesis(self.tokens[r, :n].tolist(), scores)
         if (attention := self.attention[r]) is not None:
             hyp.self_attention, hyp.cross_attention = list(attention[0]), list(attention[1])
         return hyp
@@ -233,10 +243,12 @@ class _Plan:
     @classmethod
     def of(cls, rows: _Rows) -> _Plan:
         live = rows.job >= 0
+        beam = live & (rows.width >= 2)
+        one = np.flatnonzero(live ^ beam)
         return cls(
-            one=np.flatnonzero(live & (rows.width <= 1)),
-            forced=np.flatnonzero(live & (rows.width == 0)).tolist(),
-            widths=np.unique(rows.width[live & (rows.width >= 2)]).tolist(),
+            one=one,
+            forced=one[rows.width[one] == 0].tolist(),
+            widths=np.unique(rows.width[beam]).tolist() if beam.any() else [],
             scored=bool((live & rows.scored).any()),
             attends=any(a is not None for a in rows.attention),  # a hole's is None
         )
@@ -512,14 +524,18 @@ class _Batch:
         tensors, ix = self.tensors, np.array(slots, np.int64)
         at = self._sources(ix)
         S, S_new = self.encoder_mask.shape[1], mask.shape[1]
-        if S_new > S:
+        if S == 0 and isinstance(tensors, HostTensors):  # an empty batch: the newcomers' caches become its own
+            self.cross_keys, self.cross_values = ([np.ascontiguousarray(c) for c in cs] for cs in (keys, values))
+            self.encoder_mask = mask
+        elif S_new > S:
             self.cross_keys = [tensors.pad(k, 2, S_new - S) for k in self.cross_keys]
             self.cross_values = [tensors.pad(v, 2, S_new - S) for v in self.cross_values]
             self.encoder_mask = np.pad(self.encoder_mask, ((0, 0), (0, S_new - S)))
-        self.cross_keys = [tensors.put(c, at, k) for c, k in zip(self.cross_keys, keys, strict=True)]
-        self.cross_values = [tensors.put(c, at, v) for c, v in zip(self.cross_values, values, strict=True)]
-        self.encoder_mask[at] = 0
-        self.encoder_mask[at, :S_new] = mask
+        if self.encoder_mask is not mask:
+            self.cross_keys = [tensors.put(c, at, k) for c, k in zip(self.cross_keys, keys, strict=True)]
+            self.cross_values = [tensors.put(c, at, v) for c, v in zip(self.cross_values, values, strict=True)]
+            self.encoder_mask[at] = 0
+            self.encoder_mask[at, :S_new] = mask
         self.self_mask[ix] = 0  # the new rows own no cache slot yet
         return slots
 
@@ -574,11 +590,14 @@ class _Batch:
         scores = _Scores(logits, rows.scored) if plan.scored else None
 
         # Each live row's next token and the row it continues (its parent: itself, or a beam of its request).
-        token = np.zeros(N, np.int64)
         done: list[int] = []  # request numbers finished in this step
         finals: list[tuple[int, int]] = []  # (request number, new row) hypotheses that finish at max_length
         one = plan.one  # greedy and forced rows
-        token[one] = (logits if len(one) == N else logits[one]).argmax(axis=-1)
+        if not plan.widths:  # every row greedy or forced (or a hole: its token is never read)
+            token = logits.argmax(axis=-1)
+        else:
+            token = np.zeros(N, np.int64)
+            token[one] = logits[one].argmax(axis=-1)
         for r in plan.forced:
             forced = self.jobs[int(rows.job[r])].request.forced
             assert forced is not None
@@ -603,12 +622,13 @@ class _Batch:
                     self.past_values = [put(v, moved, take(v, src)) for v in self.past_values]
             rows.alive = stepped  # a beam row that got no child holds no hypothesis until it gets one
         parents = ix if parent is None else parent[ix]  # the logits rows the tokens come from
-        logp = scores.logp(parents, token[ix]) if scores is not None else np.full(len(ix), np.nan, np.float32)
-        n = rows.length[ix]
+        n, chosen = rows.length[ix], token[ix]
         rows.reserve(slots)  # a row generates one token a cache slot it owns
-        rows.tokens[ix, n], rows.token_scores[ix, n] = token[ix], logp
-        rows.last[ix] = token[ix]
-        rows.score[ix] += logp
+        rows.tokens[ix, n] = rows.last[ix] = chosen
+        if scores is not None:  # (an unscored row's token scores are NaN, filled in by _Rows.hypothesis)
+            logp = scores.logp(parents, chosen)
+            rows.token_scores[ix, n] = logp
+            rows.score[ix] += logp
         rows.length[ix] += 1
         if plan.attends:
             self._attend(ix, parents, out)
@@ -827,14 +847,16 @@ class _Batch:
             return
         src, dst = np.flatnonzero(live[n:]) + n, np.flatnonzero(~live[:n])  # whole groups, in order, when grouped
         self._copy_slots(dst, src, int(self.rows.length[src].max(initial=0)))
-        for cache in (*self.cross_keys, *self.cross_values, self.encoder_mask):
-            cache[self._sources(dst)] = cache[self._sources(src)]
+        to, of = self._sources(dst), self._sources(src)
+        for cache in (*self.cross_keys, *self.cross_values):  # whole rows (the batch's own, C-contiguous)
+            _beam.copy_rows(cache, to, of, cache.shape[2])
+        self.encoder_mask[to] = self.encoder_mask[of]
         self.rows.move(dst, src)
         self.past_keys, self.past_values = [k[:n] for k in self.past_keys], [v[:n] for v in self.past_values]
         J = n // self.group
         self.cross_keys, self.cross_values = [k[:J] for k in self.cross_keys], [v[:J] for v in self.cross_values]
         self.encoder_mask, self.self_mask = self.encoder_mask[:J], self.self_mask[:n]
-        self.rows = self.rows.take(np.arange(n))
+        self.rows = self.rows.head(n)
 
     def _trim(self) -> None:
         """Drop cache slots no live row owns any more, and source columns no live row needs (only when it is worth

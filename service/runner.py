@@ -268,6 +268,11 @@ class Runner:
         dims = {i.name: i.shape[0] for i in self.decoder.get_inputs()}
         self.grouped = self.in_place and dims["encoder_attention_mask"] != dims["input_ids"]
         self._bindings = threading.local()
+        # The fast decoder's inputs in the order Runner.step passes them, and its (past, present) cache pairs.
+        cross = [f"{kind}.{l}" for kind in ("cross_keys", "cross_values") for l in range(L)]
+        self._in_place_inputs = ("input_ids", "position_ids", "encoder_attention_mask", *cross)
+        self._in_place_caches = [(f"past_{kind}.{l}", f"present_{kind}.{l}") for kind in ("keys", "values")
+                                 for l in range(L)]  # fmt: skip
         self._caches = {f"{kind}.{l}" for kind in ("cross_keys", "cross_values", "present_keys", "present_values")
                         for l in range(L)}  # fmt: skip
         log.info(
@@ -320,6 +325,9 @@ class Runner:
         With :attr:`in_place` there is no self-attention mask (None): row b's ``position_ids[b]`` tokens sit at the
         start of its cache buffers, of any capacity beyond the longest row; the step writes its slots into them
         and returns them as the presents, with no attention weights."""
+        if self.in_place:
+            inputs = (input_ids, position_ids, encoder_attention_mask, *cross_keys, *cross_values)
+            return StepOutput(self._step_in_place(inputs, past_keys, past_values), past_keys, past_values, None, None)
         feed: dict[str, Any] = {
             "input_ids": input_ids,
             "position_ids": position_ids,
@@ -329,8 +337,6 @@ class Runner:
             feed["self_attention_mask"] = self_attention_mask
         for kind, layers in (("cross_keys", cross_keys), ("cross_values", cross_values)):
             feed.update({f"{kind}.{l}": layer for l, layer in enumerate(layers)})
-        if self.in_place:
-            return StepOutput(self._step_in_place(feed, past_keys, past_values), past_keys, past_values, None, None)
         for kind, layers in (("past_keys", past_keys), ("past_values", past_values)):
             feed.update({f"{kind}.{l}": layer for l, layer in enumerate(layers)})
         logits, *rest = self._run(self.decoder, self._decoder_outputs, feed)
@@ -338,27 +344,28 @@ class Runner:
         self_attentions, cross_attentions = rest[2 * L :] if self.attention else (None, None)
         return StepOutput(logits, rest[:L], rest[L : 2 * L], self_attentions, cross_attentions)
 
-    def _step_in_place(self, feed: dict[str, Any], past_keys: list[Cache], past_values: list[Cache]) -> np.ndarray:
+    def _step_in_place(self, inputs: tuple[Any, ...], past_keys: list[Cache], past_values: list[Cache]) -> np.ndarray:
         """The fast decoder with each cache buffer bound as its past input and its present output; the logits.
+        ``inputs``: the values of ``_in_place_inputs`` (input_ids, position_ids, encoder_attention_mask, then the
+        cross keys and values).
 
         A decoding thread keeps its binding from step to step and binds again only what changed (the buffers stay
         the same arrays until they grow, shrink or rows join): binding everything anew cost 80 µs a step."""
         binding, bound = self._binding()
-        for name, value in feed.items():
+        for name, value in zip(self._in_place_inputs, inputs, strict=True):
             if bound.get(name) is not value:
                 if isinstance(value, ort.OrtValue):
                     binding.bind_ortvalue_input(name, value)
                 else:
                     binding.bind_cpu_input(name, value)  # the array's own memory, not a copy
                 bound[name] = value
-        for kind, layers in (("keys", past_keys), ("values", past_values)):
-            for l, cache in enumerate(layers):
-                if bound.get(name := f"past_{kind}.{l}") is not cache:
-                    value = cache if isinstance(cache, ort.OrtValue) else ort.OrtValue.ortvalue_from_numpy(cache)
-                    binding.bind_ortvalue_input(name, value)
-                    binding.bind_ortvalue_output(f"present_{kind}.{l}", value)
-                    bound[name] = cache
-        B, V = len(feed["input_ids"]), self.spec.vocab_size
+        for (past, present), cache in zip(self._in_place_caches, (*past_keys, *past_values), strict=True):
+            if bound.get(past) is not cache:
+                value = cache if isinstance(cache, ort.OrtValue) else ort.OrtValue.ortvalue_from_numpy(cache)
+                binding.bind_ortvalue_input(past, value)
+                binding.bind_ortvalue_output(present, value)
+                bound[past] = cache
+        B, V = len(inputs[0]), self.spec.vocab_size
         logits: np.ndarray | None = bound.get("logits")
         if logits is None or len(logits) != B:  # the step's logits go into this thread's array of B rows, bound
             logits = bound["logits"] = np.empty((B, V), np.float32)  # again only when the row count changes

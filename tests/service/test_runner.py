@@ -168,6 +168,33 @@ def test_compaction_moves_rows_into_holes_and_changes_no_answer(tiny_bundle: Pat
     assert_exact_answers(bundle, requests, results)
 
 
+def test_an_empty_batch_keeps_the_encoders_caches(tiny_bundle: Path) -> None:
+    """A request that starts an empty batch (host buffers) keeps the encoder's cross keys and values, without a
+    copy; newcomers' are copied into the batch's rows, and every request gets the exact graphs' answer."""
+    bundle = load_bundle(tiny_bundle)
+    tok = bundle.tokenizer
+    requests = [DecodeRequest(src=tok.encode_source(t), max_length=8) for t in ("Open file", "Save as", "Close")]
+    runner = Runner(bundle, "cpu", fast=True)
+    encoded: list[Any] = []
+    encode = runner.encode
+
+    def recorded(*args: np.ndarray) -> Any:
+        encoded.append(encode(*args))
+        return encoded[-1]
+
+    decoder = BatchDecoder(runner)
+    with patch.object(runner, "encode", recorded):
+        decoder.admit([(0, requests[0])])
+        batch = decoder.young
+        theirs = encoded[0].cross_keys + encoded[0].cross_values
+        assert all(a is b for a, b in zip(batch.cross_keys + batch.cross_values, theirs, strict=True))
+        results = dict(decoder.step()[0])
+        decoder.admit([(1, requests[1]), (2, requests[2])])  # the batch grows: theirs are copied into new rows
+        while decoder.num_rows:
+            results.update(decoder.step()[0])
+    assert_exact_answers(bundle, requests, [results[i] for i in range(3)])
+
+
 def test_rows_of_one_beam_width_share_their_sources(tiny_bundle: Path) -> None:
     """Beam requests of one width only: the cross caches hold one source a request (k rows), through compaction
     (whole groups move into holes) and newcomers of that width; a greedy newcomer ungroups them. Every answer is

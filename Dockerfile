@@ -1,8 +1,9 @@
 # attnserve images. CPU (default):  docker build -t attnserve:cpu .
 #                   GPU (CUDA 12):  docker build --target gpu -t attnserve:gpu .
-# Runtime images hold the service's dependencies only: no torch, no compilers. The builders compile attnserve's one
-# C extension (service/_beam.c, beam search's per-step arithmetic) and keep gcc, pip and the build tree out of the
-# final image; every dependency ships wheels.
+# Runtime images hold the service's dependencies only: no torch, no compilers. The builders compile attnserve's two
+# C extensions (service/_beam.c, beam search's per-step arithmetic; service/_attention.c, the fast decoder's attention
+# kernels for ONNX Runtime, against the headers in third_party/onnxruntime) and keep gcc, pip and the build tree out
+# of the final image; every dependency ships wheels.
 # Settings are ATTNSERVE_* environment variables (docs/DEPLOY.md); the shipped en-ja bundle is inside.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
@@ -21,6 +22,7 @@ RUN python deploy/requirements.py > requirements.txt && pip install --no-cache-d
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev \
     && rm -rf /var/lib/apt/lists/*
+COPY third_party third_party
 COPY service service
 COPY model model
 RUN pip install --no-cache-dir --no-deps .
@@ -43,6 +45,7 @@ RUN python deploy/requirements.py --gpu > requirements.txt && pip install --no-c
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev python3-dev \
     && rm -rf /var/lib/apt/lists/*
+COPY third_party third_party
 COPY service service
 COPY model model
 RUN pip install --no-cache-dir --no-deps .

@@ -23,7 +23,7 @@ import tempfile
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import onnx
@@ -115,9 +115,9 @@ class FusedAttention(torch.autograd.Function):
     """Attention of queries (B, T_q, d_model), before the heads are split, on projected keys and values
     (B, h, T_k, d_k) under a key mask int32 (B, T_k) -> (B, T_q, d_model), heads concatenated.
 
-    In PyTorch it is :func:`~model.transformer.attention`; exported, it is one placeholder node that
-    :func:`fuse_attention` turns into ONNX Runtime's ``com.microsoft.MultiHeadAttention`` (one kernel instead of
-    a dozen nodes per attention).
+    In PyTorch it is :func:`~model.transformer.attention`; exported, it is one node, ``attnserve.Attention``:
+    attnserve's kernel (service/_attention.c) instead of a dozen nodes per attention, or ONNX Runtime's
+    ``com.microsoft.MultiHeadAttention`` (:func:`attention_kernels`).
     """
 
     @staticmethod
@@ -129,12 +129,12 @@ class FusedAttention(torch.autograd.Function):
 
     @staticmethod
     def symbolic(g: Any, q: Any, K: Any, V: Any, mask: Any) -> Any:
-        out = g.op(f"{PLACEHOLDER[0]}::{PLACEHOLDER[1]}", q, K, V, mask)
+        out = g.op(f"{KERNELS}::Attention", q, K, V, mask)
         out.setType(q.type())
         return out
 
 
-PLACEHOLDER = ("attnserve", "Attention")
+KERNELS = "attnserve"  # the domain of attnserve's own ONNX Runtime kernels (service/_attention.c)
 
 
 class CachedAttention(torch.autograd.Function):
@@ -142,11 +142,12 @@ class CachedAttention(torch.autograd.Function):
     (B, 1, d_model) with its new key and value (B, 1, d_model) written at slot ``lengths[b]`` of the caches
     (B, h, C, d_k), attending to slots ``0..lengths[b]`` -> (B, 1, d_model), and the caches with the new slots.
 
-    In PyTorch it is :func:`~model.transformer.attention` under a key mask; exported, a placeholder that
-    :func:`fuse_attention` turns into ONNX Runtime's ``com.microsoft.GroupQueryAttention`` (as many key/value heads
-    as query heads; ``lengths`` int32 (B,), ``total`` int32 (1,) the longest row's slots), which writes the new slots in
-    place when the caches are bound as both input and output, and attends over each row's own length only: no
-    copy of the cache a step and no work for a shorter row's padding.
+    In PyTorch it is :func:`~model.transformer.attention` under a key mask; exported, one node,
+    ``attnserve.CachedAttention`` (``lengths`` int32 (B,), ``total`` int32 (1,) the longest row's slots): attnserve's
+    kernel, or ONNX Runtime's ``com.microsoft.GroupQueryAttention`` with as many key/value heads as query heads
+    (:func:`attention_kernels`). Either writes the new slots in place when the caches are bound as both input and
+    output, and attends over each row's own length only: no copy of the cache a step and no work for a shorter
+    row's padding.
     """
 
     @staticmethod
@@ -163,7 +164,7 @@ class CachedAttention(torch.autograd.Function):
 
     @staticmethod
     def symbolic(g: Any, q: Any, k: Any, v: Any, K: Any, V: Any, lengths: Any, total: Any) -> Any:
-        out, K_out, V_out = g.op(f"{PLACEHOLDER[0]}::CachedAttention", q, k, v, K, V, lengths, total, outputs=3)
+        out, K_out, V_out = g.op(f"{KERNELS}::CachedAttention", q, k, v, K, V, lengths, total, outputs=3)
         out.setType(q.type())
         K_out.setType(K.type())
         V_out.setType(V.type())
@@ -231,24 +232,38 @@ class FastDecoderGraph(nn.Module):
         return x, present
 
 
-def fuse_attention(path: Path, h: int) -> None:
-    """Replace the placeholders of an exported graph by ONNX Runtime's kernels: :class:`FusedAttention` by
-    MultiHeadAttention (query (B, T_q, d_model); keys and values already projected, (B, h, T_k, d_k);
-    key_padding_mask (B, T_k)), :class:`CachedAttention` by GroupQueryAttention (h key/value heads)."""
+ONNXRUNTIME = {"Attention": "MultiHeadAttention", "CachedAttention": "GroupQueryAttention"}  # com.microsoft's
+Kernels = Literal["attnserve", "onnxruntime"]
+
+
+def attention_kernels(path: Path, h: int, kernels: Kernels) -> None:
+    """Whose kernels a graph's attention nodes run, in place: attnserve's (domain ``attnserve``, service/_attention.c:
+    :class:`FusedAttention` as ``Attention``, :class:`CachedAttention` as ``CachedAttention``, as exported) or ONNX
+    Runtime's (``com.microsoft`` MultiHeadAttention with no bias, GroupQueryAttention with h key/value heads: the form
+    that ONNX Runtime's quantizer can load, without attnserve's library). Either form converts to the other."""
     graph = onnx.load(str(path))
     for node in graph.graph.node:
-        if (node.domain, node.op_type) == PLACEHOLDER:
-            q, K, V, mask = node.input
-            node.domain, node.op_type = "com.microsoft", "MultiHeadAttention"
-            del node.input[:]
-            node.input.extend([q, K, V, "", mask])  # no bias
-            node.attribute.append(onnx.helper.make_attribute("num_heads", h))
-        elif (node.domain, node.op_type) == (PLACEHOLDER[0], "CachedAttention"):
-            node.domain, node.op_type = "com.microsoft", "GroupQueryAttention"
-            node.attribute.extend(onnx.helper.make_attribute(name, h) for name in ("num_heads", "kv_num_heads"))
-    imports = [o for o in graph.opset_import if o.domain != PLACEHOLDER[0]]
+        ours = {v: k for k, v in ONNXRUNTIME.items()}.get(node.op_type) if node.domain == "com.microsoft" else None
+        name = node.op_type if node.domain == KERNELS else ours
+        if name is None:
+            continue
+        inputs = list(node.input)
+        if name == "Attention":  # (q, K, V, mask); MultiHeadAttention's are (q, K, V, bias, mask)
+            inputs = [*inputs[:3], inputs[-1]] if kernels == "attnserve" else [*inputs[:3], "", inputs[-1]]
+        del node.input[:], node.attribute[:]
+        node.input.extend(inputs)  # CachedAttention's are GroupQueryAttention's first seven
+        if kernels == "attnserve":
+            node.domain, node.op_type = KERNELS, name
+        else:
+            node.domain, node.op_type = "com.microsoft", ONNXRUNTIME[name]
+            heads = ("num_heads", "kv_num_heads") if name == "CachedAttention" else ("num_heads",)
+            node.attribute.extend(onnx.helper.make_attribute(a, h) for a in heads)
+    used = {node.domain for node in graph.graph.node}
+    imports = [o for o in graph.opset_import if o.domain not in (KERNELS, "com.microsoft")]
     del graph.opset_import[:]
-    graph.opset_import.extend([*imports, onnx.helper.make_opsetid("com.microsoft", 1)])
+    graph.opset_import.extend(
+        [*imports, *(onnx.helper.make_opsetid(d, 1) for d in (KERNELS, "com.microsoft") if d in used)]
+    )
     onnx.save(graph, str(path))
 
 
@@ -404,11 +419,15 @@ def fast_example(model: Transformer, seed: int = 0) -> tuple[dict[str, np.ndarra
     return fast, exact
 
 
-def export_fast_decoder(model: Transformer, path: Path, tolerance: float = TOLERANCE) -> float:
-    """Export :class:`FastDecoderGraph` with ONNX Runtime's fused attention to ``path`` and check it (run as the
-    runner runs it, its caches bound as input and output) against PyTorch's exact step on the same tokens: logits,
-    and each row's cache slots, within ``tolerance``. Returns the largest difference seen."""
+def export_fast_decoder(
+    model: Transformer, path: Path, tolerance: float = TOLERANCE, kernels: Kernels = "attnserve"
+) -> float:
+    """Export :class:`FastDecoderGraph` with fused attention (``kernels``: :func:`attention_kernels`) to ``path`` and
+    check it (run as the runner runs it, its caches bound as input and output) against PyTorch's exact step on the
+    same tokens: logits, and each row's cache slots, within ``tolerance``. Returns the largest difference seen."""
     import onnxruntime as ort
+
+    from service.runner import attention_library
 
     model = model.eval()
     L = model.config.n_decoder_layers
@@ -425,11 +444,13 @@ def export_fast_decoder(model: Transformer, path: Path, tolerance: float = TOLER
         path,
         (names, decoder_outputs(L, fast=True)),
         axes,
-        custom_opsets={PLACEHOLDER[0]: 1},
+        custom_opsets={KERNELS: 1},
     )
-    fuse_attention(path, model.config.h)
+    attention_kernels(path, model.config.h, kernels)
     feed, exact = fast_example(model, seed=1)
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    opts = ort.SessionOptions()
+    opts.register_custom_ops_library(attention_library())
+    session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
     binding = session.io_binding()
     binding.bind_output("logits", "cpu")
     for name in names:
@@ -652,13 +673,14 @@ def add_int8(bundle_dir: Path) -> None:
     variant = {}
     with tempfile.TemporaryDirectory() as tmp:
         fast = Path(tmp) / "decoder.fast.onnx"
-        worst = export_fast_decoder(model, fast)
+        worst = export_fast_decoder(model, fast, kernels="onnxruntime")  # what the quantizer can load
         log.info("fast decoder matches PyTorch within %.2g", worst)
         for role, source in (("encoder", bundle_dir / manifest["graphs"]["encoder"]), ("decoder", fast)):
             prepared = Path(tmp) / f"{role}.prepared.onnx"
             quant_pre_process(source, prepared, skip_symbolic_shape=True)
             quantize_dynamic(prepared, bundle_dir / f"{role}.int8.onnx", weight_type=QuantType.QInt8)
             variant[role] = f"{role}.int8.onnx"
+        attention_kernels(bundle_dir / variant["decoder"], model.config.h, "attnserve")
     manifest["graphs"]["int8"] = variant
     write_manifest(bundle_dir, manifest)
 

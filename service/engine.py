@@ -64,7 +64,7 @@ class Engine:
             self.fast = Runner(bundle, provider, settings.threads, variant)
         elif self.exact.provider == CPU:
             self.fast = Runner(bundle, provider, settings.threads, fast=True, encoder=self.exact.encoder)
-        else:  # the fast decoder's GroupQueryAttention has CUDA kernels for float16 only
+        else:  # the fast decoder's attention kernels (service/_attention.c) are the CPU's
             self.fast = self.exact
         self.schedulers: dict[str, list[Scheduler]] = {}  # "exact", "fast": one per decoding thread
 

@@ -47,6 +47,14 @@ def keep_freed_memory() -> bool:
     return all(mallopt(option, value) == 1 for option, value in settings)
 
 
+def attention_library() -> str:
+    """The file of attnserve's attention kernels, ONNX Runtime custom ops (service/_attention.c) that the fast
+    decoder's graphs use: ``SessionOptions.register_custom_ops_library`` takes it."""
+    from service import _attention
+
+    return str(_attention.__file__)
+
+
 class ProviderError(RuntimeError):
     """The requested execution provider is not available."""
 
@@ -242,6 +250,7 @@ class Runner:
         opts.inter_op_num_threads = 1
         # Waiting threads sleep instead of spinning: a spinning pool collapses when another process holds a core.
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        opts.register_custom_ops_library(attention_library())  # the fast decoder's attention (domain attnserve)
         providers = [self.provider] if self.provider == CPU else [self.provider, CPU]
         # On the CPU, LayerNormalization after a plain Add beats the fused SkipLayerNormalization kernel: measured
         # 5-24 % less time per decoder step (batch 32-128, past 10-30, float32 and int8, one thread).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -11,8 +12,10 @@ import pytest
 import torch
 
 from model.export import (
+    Kernels,
     add_float16,
     add_int8,
+    attention_kernels,
     check_graphs,
     export_bundle,
     export_fast_decoder,
@@ -22,7 +25,7 @@ from model.export import (
 from model.transformer import Transformer, greedy_decode
 from service.bundle import load_bundle
 from service.decoding import DecodeRequest, decode
-from service.runner import Runner
+from service.runner import Runner, attention_library
 from tests.bundles import tiny_model, tiny_spm
 
 CONFIGS = {
@@ -116,14 +119,31 @@ def test_int8_variant(spm: Path, tmp_path: Path) -> None:
     assert abs(approx.hypotheses[0].score - exact.hypotheses[0].score) < 0.5 * abs(exact.hypotheses[0].score)
 
 
-def test_fast_decoder_fuses_attention_and_matches_pytorch(tmp_path: Path) -> None:
+KERNEL_OPS = {
+    "attnserve": (("attnserve", "CachedAttention"), ("attnserve", "Attention")),
+    "onnxruntime": (("com.microsoft", "GroupQueryAttention"), ("com.microsoft", "MultiHeadAttention")),
+}
+
+
+def fast_session(path: Path) -> Any:
+    """An ONNX Runtime session of a fast decoder, attnserve's kernels registered (as the runner does)."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.register_custom_ops_library(attention_library())
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
+@pytest.mark.parametrize("kernels", ["attnserve", "onnxruntime"])
+def test_fast_decoder_fuses_attention_and_matches_pytorch(tmp_path: Path, kernels: Kernels) -> None:
     path = tmp_path / "decoder.fast.onnx"
-    assert export_fast_decoder(tiny_model(365), path) <= 1e-4  # logits and each row's cache slots, in place
+    assert export_fast_decoder(tiny_model(365), path, kernels=kernels) <= 1e-4  # logits, each row's cache slots
     graph = onnx.load(str(path)).graph
     ops = [(n.domain, n.op_type) for n in graph.node]
-    assert ops.count(("com.microsoft", "GroupQueryAttention")) == 2  # self-attention, 2 decoder layers
-    assert ops.count(("com.microsoft", "MultiHeadAttention")) == 2  # cross-attention
-    assert ("attnserve", "Attention") not in ops  # no placeholder left
+    self_attention, cross_attention = KERNEL_OPS[kernels]
+    assert ops.count(self_attention) == 2  # 2 decoder layers
+    assert ops.count(cross_attention) == 2
+    assert len({d for d, _ in ops if d}) == 1  # one domain of attention kernels
     assert "self_attention_mask" not in [i.name for i in graph.input]
     assert [o.name for o in graph.output] == [
         "logits",
@@ -131,24 +151,59 @@ def test_fast_decoder_fuses_attention_and_matches_pytorch(tmp_path: Path) -> Non
     ]
 
 
-@pytest.fixture(scope="module")
-def fast_decoder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Transformer, Path]:
-    """A tiny model and its exported fast decoder."""
+@pytest.fixture(scope="module", params=["attnserve", "onnxruntime"])
+def fast_decoder(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> tuple[Transformer, Path]:
+    """A tiny model and its exported fast decoder, with attnserve's attention kernels or ONNX Runtime's."""
     model = tiny_model(365)
     path = tmp_path_factory.mktemp("fast") / "decoder.fast.onnx"
-    export_fast_decoder(model, path)
+    export_fast_decoder(model, path, kernels=request.param)
     return model, path
+
+
+def test_attnserve_kernels_equal_onnxruntimes(tmp_path: Path) -> None:
+    """service/_attention.c against ONNX Runtime's MultiHeadAttention and GroupQueryAttention on one graph's
+    step, caches bound in place as the runner binds them: rows of several lengths and sources of several lengths
+    (masked), rows grouped by source; logits and every row's written slots agree, and the kernels refuse a row
+    whose cache has no slot left."""
+    import onnxruntime as ort
+
+    model = tiny_model(365)
+    ours, theirs = tmp_path / "ours.onnx", tmp_path / "theirs.onnx"
+    export_fast_decoder(model, ours)
+    theirs.write_bytes(ours.read_bytes())
+    attention_kernels(theirs, model.config.h, "onnxruntime")
+    feed, _ = fast_example(model)
+    lengths = feed["position_ids"][:, 0]
+    assert len(set(lengths.tolist())) > 1 and len(set(feed["encoder_attention_mask"].sum(1).tolist())) > 1
+    steps = []
+    for path in (ours, theirs):
+        session, buffers = fast_session(path), {k: v.copy() for k, v in feed.items()}
+        binding = session.io_binding()
+        for name, value in buffers.items():
+            binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(value))
+            if name.startswith("past_"):
+                binding.bind_ortvalue_output(name.replace("past_", "present_"), ort.OrtValue.ortvalue_from_numpy(value))
+        binding.bind_output("logits", "cpu")
+        session.run_with_iobinding(binding)
+        steps.append((binding.get_outputs()[0].numpy(), buffers))
+    (logits, mine), (want, reference) = steps
+    np.testing.assert_allclose(logits, want, rtol=1e-5, atol=1e-5)
+    for name in (k for k in feed if k.startswith("past_")):
+        for b, n in enumerate(lengths):
+            np.testing.assert_allclose(mine[name][b, :, : n + 1], reference[name][b, :, : n + 1], rtol=1e-5, atol=1e-5)
+    full = {**feed, "position_ids": np.full_like(feed["position_ids"], feed["past_keys.0"].shape[2])}
+    with pytest.raises(Exception, match="no slot for its new key"):
+        fast_session(ours).run(["logits"], full)
 
 
 def test_fast_decoder_reads_no_slot_past_a_rows_length(fast_decoder: tuple[Transformer, Path]) -> None:
     """The service leaves the slots of grown cache buffers unwritten (service/decoding.py, _Batch._moved): whatever
     they hold past each row's length, NaN and infinity included, the step is the same."""
-    import onnxruntime as ort
 
     model, path = fast_decoder
     feed, _ = fast_example(model)
     lengths = feed["position_ids"][:, 0]
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    session = fast_session(path)
     steps = []
     for stale in (0.0, np.nan, np.inf):
         filled = {k: v.copy() for k, v in feed.items()}
@@ -164,7 +219,6 @@ def test_fast_decoder_reads_no_slot_past_a_rows_length(fast_decoder: tuple[Trans
 def test_fast_decoder_groups_rows_that_share_a_source(fast_decoder: tuple[Transformer, Path]) -> None:
     """G consecutive rows may share one source's cross keys and values (a beam request's rows): the same step as
     with the source repeated for each row; the first axis of the cross inputs is named apart from the rows'."""
-    import onnxruntime as ort
 
     model, path = fast_decoder
     feed, _ = fast_example(model)  # 3 rows with 3 sources
@@ -173,7 +227,7 @@ def test_fast_decoder_groups_rows_that_share_a_source(fast_decoder: tuple[Transf
     rows = {k: np.repeat(v, G, axis=0) for k, v in feed.items() if k not in (*cross, "encoder_attention_mask")}
     rows["input_ids"] = np.arange(2, 2 + 3 * G)[:, None]  # different tokens in one source's rows
     sources = {k: feed[k] for k in (*cross, "encoder_attention_mask")}
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    session = fast_session(path)
     repeated = session.run(None, {**rows, **{k: np.repeat(v, G, axis=0) for k, v in sources.items()}})
     grouped = session.run(None, {**rows, **sources})
     for want, got in zip(repeated, grouped, strict=True):

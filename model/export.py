@@ -233,6 +233,7 @@ class FastDecoderGraph(nn.Module):
 
 
 ONNXRUNTIME = {"Attention": "MultiHeadAttention", "CachedAttention": "GroupQueryAttention"}  # com.microsoft's
+OURS = {theirs: ours for ours, theirs in ONNXRUNTIME.items()}
 Kernels = Literal["attnserve", "onnxruntime"]
 
 
@@ -243,9 +244,11 @@ def attention_kernels(path: Path, h: int, kernels: Kernels) -> None:
     that ONNX Runtime's quantizer can load, without attnserve's library). Either form converts to the other."""
     graph = onnx.load(str(path))
     for node in graph.graph.node:
-        ours = {v: k for k, v in ONNXRUNTIME.items()}.get(node.op_type) if node.domain == "com.microsoft" else None
-        name = node.op_type if node.domain == KERNELS else ours
-        if name is None:
+        if node.domain == KERNELS:
+            name = node.op_type
+        elif node.domain == "com.microsoft" and node.op_type in OURS:
+            name = OURS[node.op_type]
+        else:
             continue
         inputs = list(node.input)
         if name == "Attention":  # (q, K, V, mask); MultiHeadAttention's are (q, K, V, bias, mask)
@@ -663,8 +666,9 @@ def add_int8(bundle_dir: Path) -> None:
     bundle's own weights and checked against PyTorch before it is quantized.
 
     The graphs are first optimized offline (transposes of weights folded into initializers) so that the
-    quantizer sees constant MatMul weights. The float32 graphs stay: /attention serves exact weights from them,
-    and they carry the weights for ``export-marian``.
+    quantizer sees constant MatMul weights; the fast decoder goes through both with ONNX Runtime's attention
+    kernels (they cannot load attnserve's) and gets attnserve's back at the end. The float32 graphs stay:
+    /attention serves exact weights from them, and they carry the weights for ``export-marian``.
     """
     from onnxruntime.quantization import QuantType, quant_pre_process, quantize_dynamic
 

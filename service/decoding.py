@@ -524,7 +524,8 @@ class _Batch:
         tensors, ix = self.tensors, np.array(slots, np.int64)
         at = self._sources(ix)
         S, S_new = self.encoder_mask.shape[1], mask.shape[1]
-        if S == 0 and isinstance(tensors, HostTensors):  # an empty batch: the newcomers' caches become its own
+        fresh = S == 0 and len(at) == len(self.encoder_mask)  # an empty batch: every row is a newcomer's
+        if fresh and isinstance(tensors, HostTensors):  # their caches become its own (the encoder's, when unshared)
             self.cross_keys, self.cross_values = ([np.ascontiguousarray(c) for c in cs] for cs in (keys, values))
             self.encoder_mask = mask
         elif S_new > S:

@@ -10,11 +10,11 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-$(VENV)/.service: pyproject.toml service/_beam.c | $(BIN)/python
+$(VENV)/.service: pyproject.toml service/*.c service/*.h | $(BIN)/python
 	$(BIN)/pip install -q -e .
 	touch $@
 
-$(VENV)/.dev: pyproject.toml service/_beam.c | $(BIN)/python
+$(VENV)/.dev: pyproject.toml service/*.c service/*.h | $(BIN)/python
 	$(BIN)/pip install -q -e '.[train,dev]'
 	touch $@ $(VENV)/.service
 

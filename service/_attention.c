@@ -23,34 +23,20 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_vector.h"
 #include "onnxruntime_c_api.h"
 
 #define API_VERSION 24 /* GetTensorElementTypeAndShapeDataReference */
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define CLONES
-#endif
-#define INLINE static inline __attribute__((always_inline))
-
-typedef float vf __attribute__((vector_size(8 * sizeof(float))));
-
 static const OrtApi *ort;
-
-INLINE vf vload(const float *p) {
-    vf v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
 
 INLINE float dot(const float *q, const float *k, int64_t d) {
     int64_t i = 0;
     float s = 0;
-    if (d >= 8) {
+    if (d >= LANES) {
         vf acc = vload(q) * vload(k);
-        for (i = 8; i + 8 <= d; i += 8) acc += vload(q + i) * vload(k + i);
-        for (int j = 0; j < 8; j++) s += acc[j];
+        for (i = LANES; i + LANES <= d; i += LANES) acc += vload(q + i) * vload(k + i);
+        for (int j = 0; j < LANES; j++) s += acc[j];
     }
     for (; i < d; i++) s += q[i] * k[i];
     return s;
@@ -85,6 +71,7 @@ typedef struct {
     const int32_t *mask;
     float *out;
     int64_t J, G, h, S, d;
+    float scale; /* 1 / sqrt(d_k) */
 } Cross;
 
 static void cross_source(void *arg, size_t source) {
@@ -99,7 +86,7 @@ static void cross_source(void *arg, size_t source) {
         }
         for (int64_t g = 0; g < c->G; g++) {
             int64_t at = ((j * c->G + g) * c->h + head) * c->d;
-            attend(c->q + at, K, V, c->mask + j * c->S, c->S, c->d, 1 / sqrtf((float)c->d), scores, c->out + at);
+            attend(c->q + at, K, V, c->mask + j * c->S, c->S, c->d, c->scale, scores, c->out + at);
         }
     }
 }
@@ -109,6 +96,7 @@ typedef struct {
     float *K, *V, *out;
     const int32_t *lengths;
     int64_t B, h, C, d;
+    float scale;
 } Self;
 
 static void self_row(void *arg, size_t row) {
@@ -123,7 +111,7 @@ static void self_row(void *arg, size_t row) {
         prefetch(V + block, next, s->d);
         memcpy(K + at * s->d, s->k + i, (size_t)s->d * sizeof(float));
         memcpy(V + at * s->d, s->v + i, (size_t)s->d * sizeof(float));
-        attend(s->q + i, K, V, NULL, at + 1, s->d, 1 / sqrtf((float)s->d), scores, s->out + i);
+        attend(s->q + i, K, V, NULL, at + 1, s->d, s->scale, scores, s->out + i);
     }
 }
 
@@ -173,7 +161,7 @@ static OrtStatusPtr cross_compute(void *kernel, OrtKernelContext *ctx) {
     if (in[0].rank != 3 || in[1].rank != 4 || !same_shape(&in[1], &in[2]) || in[3].rank != 2 || q[0] != K[0] ||
         q[2] != K[1] * K[3] || mask[0] != K[0] || mask[1] != K[2])
         return invalid("attnserve.Attention: expected q (J, G, h d_k), K and V (J, h, S, d_k), mask (J, S)");
-    Cross c = {in[0].data, in[1].data, in[2].data, in[3].data, NULL, K[0], q[1], K[1], K[2], K[3]};
+    Cross c = {in[0].data, in[1].data, in[2].data, in[3].data, NULL, K[0], q[1], K[1], K[2], K[3], 1 / sqrtf((float)K[3])};
     TRY(output(ctx, 0, q, 3, &c.out));
     return ort->KernelContext_ParallelFor(ctx, cross_source, (size_t)c.J, 0, &c);
 }
@@ -188,7 +176,8 @@ static OrtStatusPtr self_compute(void *kernel, OrtKernelContext *ctx) {
         in[5].shape[0] != K[0])
         return invalid("attnserve.CachedAttention: expected q, k, v (B, 1, h d_k), K and V (B, h, C, d_k), "
                        "lengths (B,)");
-    Self s = {in[0].data, in[1].data, in[2].data, NULL, NULL, NULL, in[5].data, K[0], K[1], K[2], K[3]};
+    Self s = {in[0].data, in[1].data, in[2].data, NULL, NULL, NULL, in[5].data,
+              K[0], K[1], K[2], K[3], 1 / sqrtf((float)K[3])};
     for (int64_t b = 0; b < s.B; b++)
         if (s.lengths[b] < 0 || s.lengths[b] >= s.C)
             return invalid("attnserve.CachedAttention: a row's length leaves no slot for its new key in the cache");

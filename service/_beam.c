@@ -28,24 +28,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "_vector.h"
+
 #define BLOCK 64 /* tokens a block: 8,000 logits have 125 */
-#define LANES 8
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define CLONES
-#endif
-#define INLINE static inline __attribute__((always_inline))
-
-typedef float vf __attribute__((vector_size(LANES * sizeof(float))));
 typedef int32_t vi __attribute__((vector_size(LANES * sizeof(int32_t))));
-
-INLINE vf vload(const float *p) {
-    vf v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
 
 INLINE vf vmax(vf a, vf b) {
     vi m = a > b;

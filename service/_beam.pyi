@@ -23,6 +23,6 @@ def top(
     """The n best continuations of each request (rows int64 (J, k), hyp float64 (J, k)) into out_j, out_r, out_t
     (int64) and out_v (float64), request by request, best first; returns how many."""
 
-def copy_rows(cache: np.ndarray, dst: np.ndarray, src: np.ndarray, used: int) -> None:
-    """``cache[dst, :, :used] = cache[src, :, :used]`` in place for a C-contiguous (N, h, C, d) cache; dst and src
-    int64 (m,), disjoint."""
+def copy_rows(out: np.ndarray, dst: np.ndarray, cache: np.ndarray, src: np.ndarray, used: np.ndarray) -> None:
+    """``out[dst[i], :, :used[i]] = cache[src[i], :, :used[i]]`` for C-contiguous (N, h, C, d) arrays of one h, d and
+    dtype (C may differ; ``out`` may be ``cache``: then dst and src disjoint); dst, src, used int64 (m,)."""

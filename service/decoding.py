@@ -542,15 +542,28 @@ class _Batch:
 
     def _grow(self, m: int) -> np.ndarray:
         """Add m holes at the end (a copy of every cache), for newcomers that the holes cannot take; their rows."""
-        tensors, N, sources = self.tensors, len(self.rows), m // self.group
-        self.cross_keys = [tensors.pad(k, 0, sources) for k in self.cross_keys]
-        self.cross_values = [tensors.pad(v, 0, sources) for v in self.cross_values]
+        N, sources = len(self.rows), m // self.group
+        self.cross_keys = [self._grown(k, sources) for k in self.cross_keys]
+        self.cross_values = [self._grown(v, sources) for v in self.cross_values]
         self.encoder_mask = np.pad(self.encoder_mask, ((0, sources), (0, 0)))
         self.past_keys = [self._moved(k, rows=N + m) for k in self.past_keys]
         self.past_values = [self._moved(v, rows=N + m) for v in self.past_values]
         self.self_mask = np.concatenate([self.self_mask, np.zeros((m, self.self_mask.shape[1]), np.int64)])
         self.rows.extend(m)
         return np.arange(N, N + m)
+
+    def _grown(self, cache: Cache, m: int) -> Cache:
+        """A cross-attention cache with m more rows, for newcomers to write. With host buffers (written in place),
+        the rows after it in the array that it is the first rows of, while there is room (no copy), else a new array
+        with room for twice the rows (as :meth:`_moved`)."""
+        if not self.host_in_place:
+            return self.tensors.pad(cache, 0, m)
+        N, whole = len(cache), _whole(cache)
+        if N + m <= len(whole):
+            return whole[: N + m]
+        out = np.empty((max(N + m, 2 * N), *cache.shape[1:]), cache.dtype)
+        out[:N] = cache
+        return out[: N + m]
 
     def cancel(self, key: Hashable) -> None:
         """Drop the rows of a request whose caller went away."""
@@ -616,7 +629,7 @@ class _Batch:
                 src = parent[moved]
                 rows.move(moved, src)
                 if self.host_in_place:  # only the slots they hold tokens in (this step's is written, not counted)
-                    self._copy_slots(moved, src, int(rows.length[moved].max()) + 1)
+                    self._copy_slots(moved, src, rows.length[moved] + 1)
                 else:
                     put, take = self.tensors.put, self.tensors.take
                     self.past_keys = [put(k, moved, take(k, src)) for k in self.past_keys]
@@ -798,11 +811,16 @@ class _Batch:
 
     def _moved(self, cache: Cache, rows: np.ndarray | int | None = None, capacity: int | None = None) -> Cache:
         """A self-attention cache with rows ``rows`` (an index: those rows; a count: every row, then empty ones up
-        to that many) and ``capacity`` slots. With buffers written in place on the host, only the slots that rows
-        hold tokens in are copied, and the rest are left as they come (the fast decoder reads a row's slots below
-        its length only, tests/model/test_export.py): one long row makes the buffers many times what the others use,
-        and copying all of it whenever rows joined or left took 5 of 15 s of a mixed load (bench/peers.py's);
-        zeroing the new slots took 0.1 of 2.5 s of beam search (bench/peers.py's runner, int8)."""
+        to that many) and ``capacity`` slots.
+
+        Buffers written in place on the host are the first rows of an array with room for more: rows that join
+        take the rows after them while there is room (no copy: a new row's slots are written before they are read),
+        and a new array gets room for twice the rows. Into a new array, only the slots that each row holds tokens
+        in are copied, and the rest are left as they come (the fast decoder reads a row's slots below its length
+        only, tests/model/test_export.py): one long row makes the buffers many times what the others use. Copying
+        every slot whenever rows joined took 5 of 15 s of a mixed load (bench/peers.py's); then every row's slots
+        up to the longest one's length, 0.56-0.69 s of 15 (0.33-0.36 s with room and each row's own length); zeroing
+        the new slots took 0.1 of 2.5 s of beam search (bench/peers.py's runner, int8)."""
         tensors = self.tensors
         N, h, C, d_k = tensors.shape(cache)
         capacity = C if capacity is None else capacity
@@ -811,21 +829,25 @@ class _Batch:
                 cache = tensors.pad(cache, 0, rows - N)
             elif rows is not None:
                 cache = tensors.take(cache, rows)
+            if capacity < C:
+                return tensors.narrow(cache, 2, 0, capacity)
             return cache if capacity == C else tensors.pad(cache, 2, capacity - C)
-        used = int(self.rows.length.max(initial=0))
-        size = N if rows is None else rows if isinstance(rows, int) else len(rows)
-        out = np.empty((size, h, capacity, d_k), cache.dtype)
-        if isinstance(rows, np.ndarray):
-            out[:, :, :used] = cache[rows, :, :used]
-        else:
-            out[:N, :, :used] = cache[:, :, :used]
-        return out
+        assert not isinstance(rows, np.ndarray), "host buffers are compacted in place (_compact)"
+        size, whole = N if rows is None else rows, _whole(cache)
+        if capacity == C and size <= len(whole):
+            return whole[:size]
+        room = max(size, 2 * N) if size > N else len(whole)  # rows that join: room for twice the rows
+        out = np.empty((room, h, capacity, d_k), cache.dtype)
+        every = np.arange(N)
+        _beam.copy_rows(out, every, cache, every, self.rows.length)
+        return out[:size]
 
-    def _copy_slots(self, dst: np.ndarray, src: np.ndarray, used: int) -> None:
-        """Rows ``src``'s first ``used`` self-attention cache slots into rows ``dst``, in place (host buffers)."""
+    def _copy_slots(self, dst: np.ndarray, src: np.ndarray, used: np.ndarray) -> None:
+        """Rows ``src``'s first ``used`` (one count a row) self-attention cache slots into rows ``dst``, in place
+        (host buffers)."""
         dst, src = np.ascontiguousarray(dst, np.int64), np.ascontiguousarray(src, np.int64)
         for cache in (*self.past_keys, *self.past_values):
-            _beam.copy_rows(cache, dst, src, used)
+            _beam.copy_rows(cache, dst, cache, src, used)
 
     def _compact(self) -> None:
         """No holes left. With host buffers written in place, the live rows past the first n (of n live rows) move
@@ -847,10 +869,11 @@ class _Batch:
             self.rows = self.rows.take(ix)
             return
         src, dst = np.flatnonzero(live[n:]) + n, np.flatnonzero(~live[:n])  # whole groups, in order, when grouped
-        self._copy_slots(dst, src, int(self.rows.length[src].max(initial=0)))
+        self._copy_slots(dst, src, self.rows.length[src])
         to, of = self._sources(dst), self._sources(src)
+        whole = np.full(len(to), self.width, np.int64)
         for cache in (*self.cross_keys, *self.cross_values):  # whole rows (the batch's own, C-contiguous)
-            _beam.copy_rows(cache, to, of, cache.shape[2])
+            _beam.copy_rows(cache, to, cache, of, whole)
         self.encoder_mask[to] = self.encoder_mask[of]
         self.rows.move(dst, src)
         self.past_keys, self.past_values = [k[:n] for k in self.past_keys], [v[:n] for v in self.past_values]
@@ -868,8 +891,8 @@ class _Batch:
         if self.in_place:  # buffers 4 times what the longest row needs (and 64 slots or more): cut to twice that
             keep = 2 * max(int(self.rows.length[live].max()) + 1, 16)
             if self.tensors.shape(self.past_keys[0])[2] >= 2 * keep:
-                self.past_keys = [narrow(k, 2, 0, keep) for k in self.past_keys]
-                self.past_values = [narrow(v, 2, 0, keep) for v in self.past_values]
+                self.past_keys = [self._moved(k, capacity=keep) for k in self.past_keys]
+                self.past_values = [self._moved(v, capacity=keep) for v in self.past_values]
         elif first > 0 and first * 4 >= T:
             self.past_keys = [narrow(k, 2, first, T) for k in self.past_keys]
             self.past_values = [narrow(v, 2, first, T) for v in self.past_values]
@@ -880,6 +903,14 @@ class _Batch:
             self.cross_keys = [narrow(k, 2, 0, S) for k in self.cross_keys]
             self.cross_values = [narrow(v, 2, 0, S) for v in self.cross_values]
             self.encoder_mask = np.ascontiguousarray(self.encoder_mask[:, :S])
+
+
+def _whole(cache: np.ndarray) -> np.ndarray:
+    """The array that ``cache`` is the first rows of (a view of), or ``cache``."""
+    base = cache.base
+    if isinstance(base, np.ndarray) and base.shape[1:] == cache.shape[1:] and base.ctypes.data == cache.ctypes.data:
+        return base
+    return cache
 
 
 class BatchDecoder:

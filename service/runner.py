@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import importlib
 import logging
 import threading
 from dataclasses import dataclass
@@ -29,22 +30,36 @@ Cache = Any  # np.ndarray (host) or ort.OrtValue (IOBinding): one layer's keys o
 
 
 @functools.cache
-def keep_freed_memory() -> bool:
-    """Let glibc's malloc keep freed memory for reuse instead of returning it to the system (once per process).
+def tune_memory() -> bool:
+    """Process-wide memory settings for decoding (once per process); returns whether every one applied.
 
-    Every decoding step allocates caches and logits of a few megabytes and frees the previous ones; by default glibc
-    hands such blocks back to the kernel (mmap and trim thresholds that adapt) and the next step faults fresh pages
-    in. Arrays up to 32 MiB now come from the heap, and up to 256 MiB of freed heap stays mapped: measured on the
-    shipped model, beam 4 over 1,000 sentences, 4x fewer page faults and 3-6 % less time. Returns whether it applied
-    (glibc only; elsewhere nothing changes).
+    glibc's malloc keeps freed memory for reuse instead of returning it to the system. Every decoding step allocates
+    caches and logits of a few megabytes and frees the previous ones; by default glibc hands such blocks back to the
+    kernel (mmap and trim thresholds that adapt) and the next step faults fresh pages in. Arrays up to 32 MiB now come
+    from the heap, and up to 256 MiB of freed heap stays mapped: measured on the shipped model, beam 4 over 1,000
+    sentences, 4x fewer page faults and 3-6 % less time (glibc only; elsewhere nothing changes).
+
+    And numpy no longer asks Linux for 2 MiB pages for arrays of 4 MiB or more (``NUMPY_MADVISE_HUGEPAGE=0``, which
+    numpy reads only when it is imported): such a page is zeroed whole when one byte of it is first written, and the
+    self-attention buffers are mostly slots that no row reaches (their capacity follows the longest row). Under
+    bench/peers.py's mixed load, growing a batch's buffers took 50-85 ms a join whenever the heap had to grow into
+    fresh pages, and short requests' p99 was 81-208 ms against 73-82 ms with 4 KiB pages (three runs each,
+    interleaved); the runner alone (beam 4, greedy) did not change.
     """
+    try:
+        multiarray = importlib.import_module("numpy._core.multiarray")  # numpy 2
+    except ImportError:
+        multiarray = importlib.import_module("numpy.core.multiarray")  # numpy 1.26
+    hugepages = getattr(multiarray, "_set_madvise_hugepage", None)
+    if hugepages is not None:
+        hugepages(False)
     try:
         mallopt = ctypes.CDLL("libc.so.6").mallopt
     except (OSError, AttributeError):  # not glibc: macOS, Windows, musl
         return False
     M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3  # <malloc.h>
     settings = ((M_MMAP_THRESHOLD, 32 << 20), (M_TRIM_THRESHOLD, 256 << 20), (M_TOP_PAD, 64 << 20))
-    return all(mallopt(option, value) == 1 for option, value in settings)
+    return all(mallopt(option, value) == 1 for option, value in settings) and hugepages is not None
 
 
 def attention_library() -> str:
@@ -239,7 +254,7 @@ class Runner:
         fast: bool = False,
         encoder: ort.InferenceSession | None = None,
     ) -> None:
-        keep_freed_memory()
+        tune_memory()
         self.bundle = bundle
         self.variant = variant
         self.spec = bundle.spec

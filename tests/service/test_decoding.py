@@ -79,19 +79,33 @@ def test_the_c_step_refuses_arrays_it_cannot_read() -> None:
         _beam.top(logits, log_norm, block_max, np.array([[0, 1]]), np.zeros((1, 2)), 8, *out)
 
 
-def test_rows_are_copied_in_place() -> None:
-    cache = np.random.default_rng(0).standard_normal((6, 2, 5, 3)).astype(np.float32)
+def test_rows_are_copied_with_their_own_slot_counts() -> None:
+    rng = np.random.default_rng(0)
+    cache = rng.standard_normal((6, 2, 5, 3)).astype(np.float32)
+    dst, src, used = np.array([4, 0, 5]), np.array([1, 3, 2]), np.array([4, 0, 2])
     want = cache.copy()
-    dst, src = np.array([4, 0, 5]), np.array([1, 3, 2])
-    want[dst, :, :4] = want[src, :, :4]
-    _beam.copy_rows(cache, dst, src, 4)
+    for d, s_, u in zip(dst, src, used, strict=True):
+        want[d, :, :u] = want[s_, :, :u]
+    _beam.copy_rows(cache, dst, cache, src, used)  # in place
     np.testing.assert_array_equal(cache, want)
+
+    out = np.full((3, 2, 8, 3), 7, np.float32)  # another array, more slots: the rest left as it was
+    _beam.copy_rows(out, np.array([2, 0]), cache, np.array([5, 1]), np.array([5, 1]))
+    np.testing.assert_array_equal(out[2, :, :5], cache[5])
+    np.testing.assert_array_equal(out[0, :, :1], cache[1, :, :1])
+    assert (out[2, :, 5:] == 7).all() and (out[0, :, 1:] == 7).all() and (out[1] == 7).all()
+
+    one = np.array([1])
     for bad in (
-        (cache, dst, src, 6),  # more slots than the cache has
-        (cache, np.array([6]), np.array([0]), 1),  # a row out of range
-        (cache, dst, src[:2], 1),  # unpaired rows
-        (cache[0], dst, src, 1),  # not 4-d
-        (cache[:, :, ::2], dst, src, 1),  # not contiguous
+        (cache, dst, cache, src, np.array([4, 0, 6])),  # more slots than the cache has
+        (out, one, cache, one, np.array([6])),  # more slots than the source has
+        (cache, np.array([6]), cache, np.array([0]), one),  # a row out of range
+        (cache, dst, cache, src[:2], used),  # unpaired rows
+        (cache, dst, cache, src, used[:2]),  # unpaired counts
+        (cache[0], dst, cache[0], src, used),  # not 4-d
+        (np.zeros((6, 3, 5, 3), np.float32), dst, cache, src, used),  # other heads
+        (cache.astype(np.float64), dst, cache, src, used),  # other type
+        (cache[:, :, ::2], dst, cache, src, used),  # not contiguous
     ):
         with pytest.raises((ValueError, BufferError)):
             _beam.copy_rows(*bad)

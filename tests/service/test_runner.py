@@ -16,7 +16,7 @@ import pytest
 
 from service.bundle import Bundle, load_bundle
 from service.decoding import BatchDecoder, DecodeRequest, DecodeResult, _Batch, decode, pack
-from service.runner import CPU, DeviceTensors, HostTensors, Runner, keep_freed_memory
+from service.runner import CPU, DeviceTensors, HostTensors, Runner, tune_memory
 
 
 def test_device_tensors_equal_numpy() -> None:
@@ -278,5 +278,8 @@ def test_packed_sources_give_every_text_its_own_answer(tiny_bundle: Path, joined
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt: Linux only")
-def test_freed_memory_is_kept_for_the_next_step() -> None:
-    assert keep_freed_memory()  # glibc accepted every setting (CI runs Debian: glibc)
+def test_memory_settings_apply() -> None:
+    assert tune_memory()  # glibc accepted every setting (CI runs Debian: glibc), and numpy has its switch
+    from numpy._core import multiarray
+
+    assert multiarray._set_madvise_hugepage(False) is False  # (it returns the setting it replaces)

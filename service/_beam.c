@@ -34,28 +34,6 @@
 
 #define BLOCK 64 /* tokens a block: 8,000 logits have 125 */
 
-typedef int32_t vi __attribute__((vector_size(LANES * sizeof(int32_t))));
-
-INLINE vf vmax(vf a, vf b) {
-    vi m = a > b;
-    return (vf)(((vi)a & m) | ((vi)b & ~m));
-}
-
-/* exp(x) lane by lane; below -87 (and -inf) as exp(-87), which no sum of exponentials of a row notices. */
-INLINE vf vexp(vf x) {
-    x = vmax(x, (vf){0} - 87.0f);
-    vf n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round(x / ln 2) */
-    vf r = x - n * 0.693359375f + n * 2.12194440e-4f;              /* x - n ln 2, in two parts */
-    vf p = r * 1.9875691500e-4f + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    vi e = (__builtin_convertvector(n, vi) + 127) << 23; /* 2^n */
-    return p * (vf)e;
-}
-
 /* The row's largest logit; block_max[b] of each block. */
 CLONES static float row_max(const float *x, int64_t V, float *block_max) {
     float top = -INFINITY;

@@ -908,9 +908,9 @@ class _Batch:
 def _whole(cache: np.ndarray) -> np.ndarray:
     """The array that ``cache`` is the first rows of (a view of), or ``cache``."""
     base = cache.base
-    if isinstance(base, np.ndarray) and base.shape[1:] == cache.shape[1:] and base.ctypes.data == cache.ctypes.data:
-        return base
-    return cache
+    if not isinstance(base, np.ndarray) or not (base.flags.c_contiguous and cache.flags.c_contiguous):
+        return cache
+    return base if base.shape[1:] == cache.shape[1:] and base.ctypes.data == cache.ctypes.data else cache
 
 
 class BatchDecoder:

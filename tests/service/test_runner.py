@@ -195,6 +195,36 @@ def test_an_empty_batch_keeps_the_encoders_caches(tiny_bundle: Path) -> None:
     assert_exact_answers(bundle, requests, [results[i] for i in range(3)])
 
 
+def test_newcomers_take_the_rows_that_buffers_have_room_for(tiny_bundle: Path) -> None:
+    """Host buffers written in place grow with room for twice the rows; newcomers then take the rows after the
+    batch's without a copy (the same arrays), and every request gets the exact graphs' answer."""
+    bundle = load_bundle(tiny_bundle)
+    tok = bundle.tokenizer
+    texts = ["Print the document", "Save as", "Open file", "Close", "Settings"]  # the longest source first
+    requests = [DecodeRequest(src=tok.encode_source(t), max_length=12) for t in texts]
+    decoder = BatchDecoder(Runner(bundle, "cpu", fast=True))
+    batch = decoder.young
+    results: dict[Any, DecodeResult] = {}
+    decoder.admit([(0, requests[0]), (1, requests[1])])
+    results.update(decoder.step()[0])
+    decoder.admit([(2, requests[2])])  # 2 -> 3 rows: new arrays, room for 4
+    results.update(decoder.step()[0])
+    assert len(batch.rows) == 3, "nobody left yet"
+
+    def buffers() -> list[np.ndarray]:
+        return [*batch.past_keys, *batch.past_values, *batch.cross_keys, *batch.cross_values]
+
+    arrays = [c.base for c in buffers()]
+    assert all(a is not None and len(a) == 4 for a in arrays)
+    decoder.admit([(3, requests[3])])  # 3 -> 4 rows: the room
+    assert all(c.base is a for c, a in zip(buffers(), arrays, strict=True))
+    decoder.admit([(4, requests[4])])  # 4 -> 5 rows: new arrays again
+    assert not any(c.base is a for c, a in zip(buffers(), arrays, strict=True))
+    while decoder.num_rows:
+        results.update(decoder.step()[0])
+    assert_exact_answers(bundle, requests, [results[i] for i in range(len(requests))])
+
+
 def test_rows_of_one_beam_width_share_their_sources(tiny_bundle: Path) -> None:
     """Beam requests of one width only: the cross caches hold one source a request (k rows), through compaction
     (whole groups move into holes) and newcomers of that width; a greedy newcomer ungroups them. Every answer is

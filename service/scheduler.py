@@ -191,9 +191,11 @@ class Scheduler:
         """Answer the texts the last step finished. The loop does so just before its next ONNX Runtime call (or
         wait), not at once: the event loop then sends the answers while the model runs without the GIL, instead of
         taking the GIL while this thread moves the newcomers' caches (numpy lets it go for each large copy and waits
-        to get it back). Measured at 64 closed-loop clients: 2.2 of 15 s waiting -> 0.3 s, 441 -> 514-544 texts/s."""
-        for entry, result in self._finished:
-            self._answer(entry, result)
+        to get it back). Measured at 64 closed-loop clients: 2.2 of 15 s waiting -> 0.3 s, 441 -> 514-544 texts/s.
+        One call for them all: the event loop wakes once a step, not once a text."""
+        if self._finished:
+            assert self._loop is not None
+            self._loop.call_soon_threadsafe(_settle_all, [(entry.future, result) for entry, result in self._finished])
         self._finished = []
 
     def _answer(self, entry: _Entry, outcome: DecodeResult | Exception) -> None:
@@ -278,6 +280,11 @@ class Scheduler:
             queue_depth=self.queue_depth,
             queue_waits=[now - e.enqueued for e in admitted],
         )
+
+
+def _settle_all(outcomes: list[tuple[asyncio.Future[DecodeResult], DecodeResult]]) -> None:
+    for future, outcome in outcomes:
+        _settle(future, outcome)
 
 
 def _settle(future: asyncio.Future[DecodeResult], outcome: DecodeResult | Exception) -> None:

@@ -15,6 +15,10 @@
        out may be cache (in place): then dst and src rows are disjoint (beam children move into rows no child
        continues, compaction moves rows into holes). A row's own count: a short row next to a long one copies (and
        faults in the fresh pages of) its own slots, not the long one's.
+   copy_spans(out, dst, cache, src, start, used)
+       out[dst[i], :, :used[i]] = cache[src[i], :, start[i]:start[i] + used[i]] and the rest of out[dst[i]] zero:
+       a newcomer's cross keys or values, out of the encoder row it was packed into, straight into its batch row
+       (numpy gathered them into a temporary first, then copied and zeroed).
 
    numpy did the same in 0.44 ms for 64 rows of 8,000 logits (subtract, exp, sum and the block maxima over the
    (N, V) array); this takes 0.17-0.20 ms, and the ranking needs no (J, k * blocks) arrays. The exponential is
@@ -272,12 +276,65 @@ fail_dst:
     Py_RETURN_NONE;
 }
 
+static PyObject *copy_spans(PyObject *self, PyObject *args) {
+    PyObject *objs[6];
+    Py_buffer out, dst, cache, src, start, used;
+    if (!PyArg_ParseTuple(args, "OOOOOO:copy_spans", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5]))
+        return NULL;
+    if (PyObject_GetBuffer(objs[0], &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) return NULL;
+    if (get_buffer(objs[1], &dst, "dst", "lq", 8, 1, 0) < 0) goto fail_dst;
+    if (PyObject_GetBuffer(objs[2], &cache, PyBUF_C_CONTIGUOUS) < 0) goto fail_cache;
+    if (get_buffer(objs[3], &src, "src", "lq", 8, 1, 0) < 0) goto fail_src;
+    if (get_buffer(objs[4], &start, "start", "lq", 8, 1, 0) < 0) goto fail_start;
+    if (get_buffer(objs[5], &used, "used", "lq", 8, 1, 0) < 0) goto fail_used;
+    const int64_t *d = dst.buf, *s = src.buf, *f = start.buf, *u = used.buf, m = dst.shape[0];
+    int bad = out.ndim != 4 || cache.ndim != 4 || src.shape[0] != m || start.shape[0] != m || used.shape[0] != m;
+    bad = bad || out.shape[1] != cache.shape[1] || out.shape[3] != cache.shape[3] || out.itemsize != cache.itemsize;
+    for (int64_t i = 0; i < m && !bad; i++)
+        bad = d[i] < 0 || d[i] >= out.shape[0] || s[i] < 0 || s[i] >= cache.shape[0] || u[i] < 0 || f[i] < 0 ||
+              u[i] > out.shape[2] || f[i] + u[i] > cache.shape[2];
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError,
+                        "copy_spans: expected C-contiguous (N, h, C, d) arrays of one h, d and type, their rows, "
+                        "spans within them");
+    } else {
+        Py_ssize_t h = out.shape[1], slot = out.shape[3] * out.itemsize;
+        Py_ssize_t to = out.shape[2] * slot, from = cache.shape[2] * slot; /* bytes a head */
+        char *o = out.buf;
+        const char *c = cache.buf;
+        Py_BEGIN_ALLOW_THREADS
+        for (int64_t i = 0; i < m; i++)
+            for (Py_ssize_t j = 0; j < h; j++) {
+                char *row = o + (d[i] * h + j) * to;
+                memmove(row, c + (s[i] * h + j) * from + f[i] * slot, (size_t)(u[i] * slot));
+                memset(row + u[i] * slot, 0, (size_t)(to - u[i] * slot));
+            }
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&used);
+fail_used:
+    PyBuffer_Release(&start);
+fail_start:
+    PyBuffer_Release(&src);
+fail_src:
+    PyBuffer_Release(&cache);
+fail_cache:
+    PyBuffer_Release(&dst);
+fail_dst:
+    PyBuffer_Release(&out);
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"scores", scores, METH_VARARGS, "scores(logits, rows, log_norm, block_max): rows' log-normalizers and block maxima"},
     {"top", top, METH_VARARGS,
      "top(logits, log_norm, block_max, rows, hyp, n, out_j, out_r, out_t, out_v) -> count: each request's n best"},
     {"copy_rows", copy_rows, METH_VARARGS,
      "copy_rows(out, dst, cache, src, used): out[dst[i], :, :used[i]] = cache[src[i], :, :used[i]], row by row"},
+    {"copy_spans", copy_spans, METH_VARARGS,
+     "copy_spans(out, dst, cache, src, start, used): out[dst[i], :, :used[i]] = cache[src[i], :, start[i]:][:used[i]], "
+     "the rest of out's row zero"},
     {NULL, NULL, 0, NULL},
 };
 

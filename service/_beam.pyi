@@ -26,3 +26,9 @@ def top(
 def copy_rows(out: np.ndarray, dst: np.ndarray, cache: np.ndarray, src: np.ndarray, used: np.ndarray) -> None:
     """``out[dst[i], :, :used[i]] = cache[src[i], :, :used[i]]`` for C-contiguous (N, h, C, d) arrays of one h, d and
     dtype (C may differ; ``out`` may be ``cache``: then dst and src disjoint); dst, src, used int64 (m,)."""
+
+def copy_spans(
+    out: np.ndarray, dst: np.ndarray, cache: np.ndarray, src: np.ndarray, start: np.ndarray, used: np.ndarray
+) -> None:
+    """``out[dst[i], :, :used[i]] = cache[src[i], :, start[i]:start[i] + used[i]]`` and ``out[dst[i], :, used[i]:]``
+    zero, for C-contiguous (N, h, C, d) arrays of one h, d and dtype; dst, src, start, used int64 (m,)."""

@@ -318,6 +318,15 @@ class _Encoded:
         keys, values = ([c[of, :, at].transpose(0, 2, 1, 3) for c in layers] for layers in caches)
         return keys, values
 
+    def copy_into(
+        self, cross_keys: list[np.ndarray], cross_values: list[np.ndarray], at: np.ndarray, ix: np.ndarray
+    ) -> None:
+        """Write the cross keys and values of requests ``ix`` (host caches) into rows ``at`` of a batch's, straight
+        out of the encoder rows they were packed into; the rest of those rows zero (masked columns)."""
+        row, start, used = self.row[ix], self.start[ix], self.lengths[ix]
+        for mine, theirs in zip((*cross_keys, *cross_values), (*self.cross_keys, *self.cross_values), strict=True):
+            _beam.copy_spans(mine, at, theirs, row, start, used)
+
 
 def encode(runner: Runner, requests: list[tuple[Hashable, DecodeRequest]]) -> tuple[_Encoded, float]:
     """Encode requests in one encoder call; returns them and the encoder seconds.
@@ -480,13 +489,12 @@ class _Batch:
         rows_of = np.repeat(np.arange(len(requests)), np.maximum(width, 1))  # new row -> request
         self._regroup(width)
         sources = rows_of if self.group == 1 else np.arange(len(requests))  # new cross cache row -> request
-        keys, values = enc.cross(np.array(ix, np.int64)[sources])
         mask = (np.arange(lengths.max())[None] < lengths[sources][:, None]).astype(np.int64)
         n, T = len(rows_of), self.self_mask.shape[1]
         holes = np.flatnonzero(self.rows.job < 0)
         if len(holes) < n:
             holes = np.concatenate([holes, self._grow(n - len(holes))])
-        slots = self._fill(holes[:n].tolist(), keys, values, mask)
+        slots = self._fill(holes[:n].tolist(), enc, np.array(ix, np.int64)[sources], mask)
         numbers = np.array([next(self._numbers) for _ in requests])
         for number, i in zip(numbers.tolist(), ix, strict=True):
             self.jobs[number] = _Job(enc.keys[i], enc.requests[i], enc.attentions[i])
@@ -517,15 +525,16 @@ class _Batch:
         """The cross caches' rows of batch rows ``rows`` (whole groups, in order, when grouped)."""
         return rows[:: self.group] // self.group
 
-    def _fill(self, slots: list[int], keys: list[Cache], values: list[Cache], mask: np.ndarray) -> list[int]:
-        """Write new rows (their cross keys and values, and encoder mask) into holes, in place: no other row's
-        self-attention cache is copied (the cross caches are, once, when a new source is longer than S). Their old
-        cache slots stay, masked."""
+    def _fill(self, slots: list[int], enc: _Encoded, which: np.ndarray, mask: np.ndarray) -> list[int]:
+        """Write new rows (the cross keys and values of requests ``which`` of ``enc``, and their encoder mask) into
+        holes, in place: no other row's self-attention cache is copied (the cross caches are, once, when a new
+        source is longer than S). Their old cache slots stay, masked."""
         tensors, ix = self.tensors, np.array(slots, np.int64)
         at = self._sources(ix)
         S, S_new = self.encoder_mask.shape[1], mask.shape[1]
         fresh = S == 0 and len(at) == len(self.encoder_mask)  # an empty batch: every row is a newcomer's
         if fresh and isinstance(tensors, HostTensors):  # their caches become its own (the encoder's, when unshared)
+            keys, values = enc.cross(which)
             self.cross_keys, self.cross_values = ([np.ascontiguousarray(c) for c in cs] for cs in (keys, values))
             self.encoder_mask = mask
         elif S_new > S:
@@ -533,8 +542,12 @@ class _Batch:
             self.cross_values = [tensors.pad(v, 2, S_new - S) for v in self.cross_values]
             self.encoder_mask = np.pad(self.encoder_mask, ((0, 0), (0, S_new - S)))
         if self.encoder_mask is not mask:
-            self.cross_keys = [tensors.put(c, at, k) for c, k in zip(self.cross_keys, keys, strict=True)]
-            self.cross_values = [tensors.put(c, at, v) for c, v in zip(self.cross_values, values, strict=True)]
+            if isinstance(tensors, HostTensors):  # straight out of the encoder's rows
+                enc.copy_into(self.cross_keys, self.cross_values, at, which)
+            else:
+                keys, values = enc.cross(which)
+                self.cross_keys = [tensors.put(c, at, k) for c, k in zip(self.cross_keys, keys, strict=True)]
+                self.cross_values = [tensors.put(c, at, v) for c, v in zip(self.cross_values, values, strict=True)]
             self.encoder_mask[at] = 0
             self.encoder_mask[at, :S_new] = mask
         self.self_mask[ix] = 0  # the new rows own no cache slot yet

@@ -111,6 +111,28 @@ def test_rows_are_copied_with_their_own_slot_counts() -> None:
             _beam.copy_rows(*bad)
 
 
+def test_spans_are_copied_and_the_rest_zeroed() -> None:
+    rng = np.random.default_rng(1)
+    cache = rng.standard_normal((3, 2, 9, 4)).astype(np.float32)  # packed encoder rows
+    out = np.full((5, 2, 6, 4), np.nan, np.float32)
+    dst, src, start, used = np.array([4, 0, 2]), np.array([1, 1, 0]), np.array([0, 5, 3]), np.array([5, 4, 6])
+    _beam.copy_spans(out, dst, cache, src, start, used)
+    for d, s_, f, u in zip(dst, src, start, used, strict=True):
+        np.testing.assert_array_equal(out[d, :, :u], cache[s_, :, f : f + u])
+        assert (out[d, :, u:] == 0).all()
+    assert np.isnan(out[[1, 3]]).all()  # other rows untouched
+    one = np.array([0])
+    for bad in (
+        (out, one, cache, one, np.array([4]), np.array([6])),  # past the source row's end
+        (out, one, cache, one, one, np.array([7])),  # more slots than out has
+        (out, np.array([5]), cache, one, one, one),  # a row out of range
+        (out, dst, cache, src, start[:2], used),  # unpaired
+        (out, dst, cache.astype(np.float64), src, start, used),  # other type
+    ):
+        with pytest.raises((ValueError, BufferError)):
+            _beam.copy_spans(*bad)
+
+
 def test_no_live_row_gives_no_candidates() -> None:
     s = _Scores(np.zeros((2, 5), np.float32), np.ones(2, bool))
     j, r, v, value = beam_top(s, np.array([[0, 1]]), np.array([[-np.inf, -np.inf]]), 4)

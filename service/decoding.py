@@ -832,8 +832,9 @@ class _Batch:
         in are copied, and the rest are left as they come (the fast decoder reads a row's slots below its length
         only, tests/model/test_export.py): one long row makes the buffers many times what the others use. Copying
         every slot whenever rows joined took 5 of 15 s of a mixed load (bench/peers.py's); then every row's slots
-        up to the longest one's length, 0.56-0.69 s of 15 (0.33-0.36 s with room and each row's own length); zeroing
-        the new slots took 0.1 of 2.5 s of beam search (bench/peers.py's runner, int8)."""
+        up to the longest one's length, 0.43-0.48 s of 15 (0.09-0.11 s with room and each row's own length, three
+        runs each, interleaved); zeroing the new slots took 0.1 of 2.5 s of beam search (bench/peers.py's runner,
+        int8)."""
         tensors = self.tensors
         N, h, C, d_k = tensors.shape(cache)
         capacity = C if capacity is None else capacity

@@ -233,98 +233,63 @@ static PyObject *top(PyObject *self, PyObject *args) {
     return PyLong_FromLongLong(count);
 }
 
-static PyObject *copy_rows(PyObject *self, PyObject *args) {
-    PyObject *objs[5];
-    Py_buffer out, dst, cache, src, used;
-    if (!PyArg_ParseTuple(args, "OOOOO:copy_rows", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4])) return NULL;
-    if (PyObject_GetBuffer(objs[0], &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) return NULL;
-    if (get_buffer(objs[1], &dst, "dst", "lq", 8, 1, 0) < 0) goto fail_dst;
-    if (PyObject_GetBuffer(objs[2], &cache, PyBUF_C_CONTIGUOUS) < 0) goto fail_cache;
-    if (get_buffer(objs[3], &src, "src", "lq", 8, 1, 0) < 0) goto fail_src;
-    if (get_buffer(objs[4], &used, "used", "lq", 8, 1, 0) < 0) goto fail_used;
-    const int64_t *d = dst.buf, *s = src.buf, *u = used.buf, m = dst.shape[0];
-    int bad = out.ndim != 4 || cache.ndim != 4 || src.shape[0] != m || used.shape[0] != m;
-    bad = bad || out.shape[1] != cache.shape[1] || out.shape[3] != cache.shape[3] || out.itemsize != cache.itemsize;
-    for (int64_t i = 0; i < m && !bad; i++)
-        bad = d[i] < 0 || d[i] >= out.shape[0] || s[i] < 0 || s[i] >= cache.shape[0] || u[i] < 0 ||
-              u[i] > out.shape[2] || u[i] > cache.shape[2];
-    if (bad) {
-        PyErr_SetString(PyExc_ValueError,
-                        "copy_rows: expected C-contiguous (N, h, C, d) arrays of one h, d and type, their rows, "
-                        "used <= C");
-    } else {
-        Py_ssize_t h = out.shape[1], slot = out.shape[3] * out.itemsize;
-        Py_ssize_t to = out.shape[2] * slot, from = cache.shape[2] * slot; /* bytes a head */
-        char *o = out.buf;
-        const char *c = cache.buf;
-        Py_BEGIN_ALLOW_THREADS
-        for (int64_t i = 0; i < m; i++)
-            for (Py_ssize_t j = 0; j < h; j++)
-                memmove(o + (d[i] * h + j) * to, c + (s[i] * h + j) * from, (size_t)(u[i] * slot));
-        Py_END_ALLOW_THREADS
+/* copy_rows (spans 0) and copy_spans (spans 1): out[dst[i], :, :used[i]] = cache[src[i], :, start[i]:][:used[i]],
+   start 0 for copy_rows; copy_spans also zeroes the rest of out's row. */
+static PyObject *copy(PyObject *args, int spans) {
+    PyObject *objs[6] = {NULL};
+    if (!PyArg_ParseTuple(args, spans ? "OOOOOO:copy_spans" : "OOOOO:copy_rows", &objs[0], &objs[1], &objs[2],
+                          &objs[3], &objs[4], &objs[5]))
+        return NULL;
+    static const char *names[] = {"out", "dst", "cache", "src", "start", "used"};
+    Py_buffer views[6]; /* out, dst, cache, src, (start,) used */
+    int want = spans ? 6 : 5, got = 0;
+    for (; got < want; got++) {
+        int array = got == 0 || got == 2; /* out and cache: any 4-d C-contiguous array */
+        int ok = array ? PyObject_GetBuffer(objs[got], &views[got], PyBUF_C_CONTIGUOUS | (got ? 0 : PyBUF_WRITABLE))
+                       : get_buffer(objs[got], &views[got], names[got + (!spans && got == 4)], "lq", 8, 1, 0);
+        if (ok < 0) break;
     }
-    PyBuffer_Release(&used);
-fail_used:
-    PyBuffer_Release(&src);
-fail_src:
-    PyBuffer_Release(&cache);
-fail_cache:
-    PyBuffer_Release(&dst);
-fail_dst:
-    PyBuffer_Release(&out);
+    if (got == want) {
+        Py_buffer *out = &views[0], *cache = &views[2];
+        const int64_t *d = views[1].buf, *s = views[3].buf, *u = views[want - 1].buf, m = views[1].shape[0];
+        const int64_t *f = spans ? views[4].buf : NULL;
+        int bad = out->ndim != 4 || cache->ndim != 4 || views[3].shape[0] != m || views[4].shape[0] != m ||
+                  views[want - 1].shape[0] != m;
+        bad = bad || out->shape[1] != cache->shape[1] || out->shape[3] != cache->shape[3] ||
+              out->itemsize != cache->itemsize;
+        for (int64_t i = 0; i < m && !bad; i++) {
+            int64_t first = f ? f[i] : 0;
+            bad = d[i] < 0 || d[i] >= out->shape[0] || s[i] < 0 || s[i] >= cache->shape[0] || u[i] < 0 || first < 0 ||
+                  u[i] > out->shape[2] || first + u[i] > cache->shape[2];
+        }
+        if (bad) {
+            PyErr_Format(PyExc_ValueError,
+                         "%s: expected C-contiguous (N, h, C, d) arrays of one h, d and type, their rows, spans "
+                         "within them",
+                         spans ? "copy_spans" : "copy_rows");
+        } else {
+            Py_ssize_t h = out->shape[1], slot = out->shape[3] * out->itemsize;
+            Py_ssize_t to = out->shape[2] * slot, from = cache->shape[2] * slot; /* bytes a head */
+            char *o = out->buf;
+            const char *c = cache->buf;
+            Py_BEGIN_ALLOW_THREADS
+            for (int64_t i = 0; i < m; i++)
+                for (Py_ssize_t j = 0; j < h; j++) {
+                    char *row = o + (d[i] * h + j) * to;
+                    memmove(row, c + (s[i] * h + j) * from + (f ? f[i] : 0) * slot, (size_t)(u[i] * slot));
+                    if (spans) memset(row + u[i] * slot, 0, (size_t)(to - u[i] * slot));
+                }
+            Py_END_ALLOW_THREADS
+        }
+    }
+    for (int i = 0; i < got; i++) PyBuffer_Release(&views[i]);
     if (PyErr_Occurred()) return NULL;
     Py_RETURN_NONE;
 }
 
-static PyObject *copy_spans(PyObject *self, PyObject *args) {
-    PyObject *objs[6];
-    Py_buffer out, dst, cache, src, start, used;
-    if (!PyArg_ParseTuple(args, "OOOOOO:copy_spans", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5]))
-        return NULL;
-    if (PyObject_GetBuffer(objs[0], &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) return NULL;
-    if (get_buffer(objs[1], &dst, "dst", "lq", 8, 1, 0) < 0) goto fail_dst;
-    if (PyObject_GetBuffer(objs[2], &cache, PyBUF_C_CONTIGUOUS) < 0) goto fail_cache;
-    if (get_buffer(objs[3], &src, "src", "lq", 8, 1, 0) < 0) goto fail_src;
-    if (get_buffer(objs[4], &start, "start", "lq", 8, 1, 0) < 0) goto fail_start;
-    if (get_buffer(objs[5], &used, "used", "lq", 8, 1, 0) < 0) goto fail_used;
-    const int64_t *d = dst.buf, *s = src.buf, *f = start.buf, *u = used.buf, m = dst.shape[0];
-    int bad = out.ndim != 4 || cache.ndim != 4 || src.shape[0] != m || start.shape[0] != m || used.shape[0] != m;
-    bad = bad || out.shape[1] != cache.shape[1] || out.shape[3] != cache.shape[3] || out.itemsize != cache.itemsize;
-    for (int64_t i = 0; i < m && !bad; i++)
-        bad = d[i] < 0 || d[i] >= out.shape[0] || s[i] < 0 || s[i] >= cache.shape[0] || u[i] < 0 || f[i] < 0 ||
-              u[i] > out.shape[2] || f[i] + u[i] > cache.shape[2];
-    if (bad) {
-        PyErr_SetString(PyExc_ValueError,
-                        "copy_spans: expected C-contiguous (N, h, C, d) arrays of one h, d and type, their rows, "
-                        "spans within them");
-    } else {
-        Py_ssize_t h = out.shape[1], slot = out.shape[3] * out.itemsize;
-        Py_ssize_t to = out.shape[2] * slot, from = cache.shape[2] * slot; /* bytes a head */
-        char *o = out.buf;
-        const char *c = cache.buf;
-        Py_BEGIN_ALLOW_THREADS
-        for (int64_t i = 0; i < m; i++)
-            for (Py_ssize_t j = 0; j < h; j++) {
-                char *row = o + (d[i] * h + j) * to;
-                memmove(row, c + (s[i] * h + j) * from + f[i] * slot, (size_t)(u[i] * slot));
-                memset(row + u[i] * slot, 0, (size_t)(to - u[i] * slot));
-            }
-        Py_END_ALLOW_THREADS
-    }
-    PyBuffer_Release(&used);
-fail_used:
-    PyBuffer_Release(&start);
-fail_start:
-    PyBuffer_Release(&src);
-fail_src:
-    PyBuffer_Release(&cache);
-fail_cache:
-    PyBuffer_Release(&dst);
-fail_dst:
-    PyBuffer_Release(&out);
-    if (PyErr_Occurred()) return NULL;
-    Py_RETURN_NONE;
-}
+static PyObject *copy_rows(PyObject *self, PyObject *args) { return copy(args, 0); }
+
+static PyObject *copy_spans(PyObject *self, PyObject *args) { return copy(args, 1); }
 
 static PyMethodDef methods[] = {
     {"scores", scores, METH_VARARGS, "scores(logits, rows, log_norm, block_max): rows' log-normalizers and block maxima"},

@@ -171,6 +171,41 @@ class CachedAttention(torch.autograd.Function):
         return out, K_out, V_out
 
 
+def screen_weights(W: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """The projection W (V, d_model) as :class:`GreedyTokens` screens with it: quantized to 7-bit integers (int8 from
+    -63 to 63, nearest, scaled by W's largest magnitude / 63: see service/_attention.c), transposed (d_model, V) for
+    MatMulInteger; the scale (); the largest L1 norm of W's rows ()."""
+    W = W.detach().float()
+    scale = W.abs().max() / 63
+    quantized = torch.round(W / torch.where(scale > 0, scale, 1)).clamp(-63, 63).to(torch.int8)
+    return quantized.T.contiguous(), scale, W.double().abs().sum(dim=1).max().float()
+
+
+class GreedyTokens(torch.autograd.Function):
+    """Greedy search's next tokens: rows h (T, d_model) through the projection W (V, d_model) and its bias (V,; (0,)
+    for none) -> (T,) int64, each row's argmax over the vocabulary (the first on ties), ``pad`` left out.
+
+    Exported: h quantized (``DynamicQuantizeLinear``) times W's rows in 7 bits (:func:`screen_weights`,
+    ``MatMulInteger``), then ``attnserve.GreedyTokens``, which bounds that product's error, rules out every token
+    whose logit cannot be the largest and computes float32 logits for the few left (service/_attention.c): the
+    float32 argmax for about a fifth of the projection's work.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, h: Tensor, W: Tensor, bias: Tensor, W_int8: Tensor, w_scale: Tensor, w_l1: Tensor,
+                pad: Tensor) -> Tensor:  # fmt: skip
+        logits = h @ W.T + bias if len(bias) else h @ W.T
+        return torch.where(torch.arange(len(W)) == pad, -torch.inf, logits).argmax(-1)
+
+    @staticmethod
+    def symbolic(g: Any, h: Any, W: Any, bias: Any, W_int8: Any, w_scale: Any, w_l1: Any, pad: Any) -> Any:
+        quantized, scale, zero = g.op("DynamicQuantizeLinear", h, outputs=3)
+        acc = g.op("MatMulInteger", quantized, W_int8, zero)  # (T, V) int32
+        out = g.op(f"{KERNELS}::GreedyTokens", acc, scale, h, W, bias, w_scale, w_l1, pad)
+        out.setType(h.type().with_dtype(torch.int64).with_sizes([None]))
+        return out
+
+
 class FastDecoderGraph(nn.Module):
     """The fast decoder step that :func:`add_int8` quantizes for /translate (/attention keeps the exact graph):
     :class:`DecoderGraph`'s step with fused attention, without attention outputs, on caches where each row's
@@ -180,21 +215,38 @@ class FastDecoderGraph(nn.Module):
 
     The cross keys and values (and ``encoder_attention_mask``) may hold J = B / G sources: rows gG .. gG + G - 1
     (one beam request's) then share source g's, and cross-attention runs as one query group of G a source instead of
-    B single queries (ONNX Runtime's MultiHeadAttention 2.4 times faster at 32 × 4 rows). G = 1 is one a row."""
+    B single queries (ONNX Runtime's MultiHeadAttention 2.4 times faster at 32 × 4 rows). G = 1 is one a row.
 
-    def __init__(self, model: Transformer) -> None:
+    ``greedy`` (float32's): two more inputs, ``logit_rows`` (R,), the rows whose ``logits`` (R, V) the step
+    computes, and ``token_rows`` (T,), those whose greedy next token it computes instead, ``tokens`` (T,) (the argmax
+    of the logits, padding left out, through :class:`GreedyTokens`: a fifth of the projection's work): greedy search
+    without scores needs no logits. Without it (what the int8 variant quantizes), every row's logits."""
+
+    def __init__(self, model: Transformer, greedy: bool = True) -> None:
         super().__init__()
         self.model = model
+        self.greedy = greedy
+        c = model.config
+        if greedy:
+            self.register_buffer("pad_id", torch.tensor(c.pad_id))
+            W = model.generator.proj.weight.detach()
+            bias = model.generator.final_logits_bias
+            self.register_buffer("logits_bias", torch.zeros(0) if bias is None else bias.detach().clone())  # (0,): none
+            for name, value in zip(("projection_int8", "projection_scale", "projection_l1"), screen_weights(W),
+                                   strict=True):  # fmt: skip
+                self.register_buffer(name, value)
 
     def forward(
         self,
         input_ids: Tensor,  # (B, 1)
         position_ids: Tensor,  # (B, 1): tokens each row has cached
         encoder_attention_mask: Tensor,  # (B, S)
-        *cache: Tensor,  # L cross keys, L cross values (B, h, S, d_k); L past keys, L past values (B, h, C, d_k)
+        *rest: Tensor,  # greedy: logit_rows (R,), token_rows (T,); then L cross keys, L cross values (B, h, S, d_k),
+        # L past keys, L past values (B, h, C, d_k)
     ) -> tuple[Tensor, ...]:
         m = self.model
         L = m.config.n_decoder_layers
+        rows, cache = (rest[:2], rest[2:]) if self.greedy else ((), rest)
         cross_keys, cross_values, past_keys, past_values = split_cache(cache, L)
         src_mask = encoder_attention_mask.to(torch.int32)
         lengths = position_ids[:, 0].to(torch.int32)  # (B,)
@@ -205,8 +257,14 @@ class FastDecoderGraph(nn.Module):
             memory_kv, past = (cross_keys[l], cross_values[l]), (past_keys[l], past_values[l])
             x, kv = self.layer(layer, x, memory_kv, src_mask, past, lengths, total)
             present.append(kv)
-        logits = m.generator(m.decoder_norm(x)[:, -1])  # (B, V)
-        return (logits, *(k for k, _ in present), *(v for _, v in present))
+        hidden = m.decoder_norm(x)[:, -1]  # (B, d_model)
+        presents = (*(k for k, _ in present), *(v for _, v in present))
+        if not self.greedy:
+            return (m.generator(hidden), *presents)  # (B, V)
+        logit_rows, token_rows = rows
+        screen = (self.logits_bias, self.projection_int8, self.projection_scale, self.projection_l1, self.pad_id)
+        tokens = GreedyTokens.apply(hidden[token_rows], m.generator.proj.weight, *screen)  # (T,)
+        return (m.generator(hidden[logit_rows]), tokens, *presents)  # (R, V), (T,)
 
     @staticmethod
     def layer(layer: Any, x: Tensor, memory_kv: KV, src_mask: Tensor, past: KV, lengths: Tensor, total: Tensor
@@ -244,7 +302,7 @@ def attention_kernels(path: Path, h: int, kernels: Kernels) -> None:
     that ONNX Runtime's quantizer can load, without attnserve's library). Either form converts to the other."""
     graph = onnx.load(str(path))
     for node in graph.graph.node:
-        if node.domain == KERNELS:
+        if node.domain == KERNELS and node.op_type in ONNXRUNTIME:
             name = node.op_type
         elif node.domain == "com.microsoft" and node.op_type in OURS:
             name = OURS[node.op_type]
@@ -278,17 +336,21 @@ def encoder_outputs(L: int) -> list[str]:
     return ["encoder_attentions", *(f"{kind}.{l}" for kind in ("cross_keys", "cross_values") for l in range(L))]
 
 
-def decoder_inputs(L: int, fast: bool = False) -> list[str]:
-    """decoder.onnx's (or the fast decoder's, without a self-attention mask) input names for L layers, in the graph
-    module's order."""
+def decoder_inputs(L: int, fast: bool = False, greedy: bool = False) -> list[str]:
+    """decoder.onnx's (or the fast decoder's: no self-attention mask; ``greedy``, the rows of logits and of tokens)
+    input names for L layers, in the graph module's order."""
     cache = [f"{kind}.{l}" for kind in ("cross_keys", "cross_values", "past_keys", "past_values") for l in range(L)]
-    return ["input_ids", "position_ids", "encoder_attention_mask", *([] if fast else ["self_attention_mask"]), *cache]
+    rows = ["logit_rows", "token_rows"] if greedy else [] if fast else ["self_attention_mask"]
+    return ["input_ids", "position_ids", "encoder_attention_mask", *rows, *cache]
 
 
-def decoder_outputs(L: int, fast: bool = False) -> list[str]:
-    """decoder.onnx's (or decoder.fast.onnx's) output names for L layers, in the graph module's order."""
+def decoder_outputs(L: int, fast: bool = False, greedy: bool = False) -> list[str]:
+    """decoder.onnx's (or decoder.fast.onnx's, ``greedy``: with tokens) output names for L layers, in the graph
+    module's order."""
     present = [f"{kind}.{l}" for kind in ("present_keys", "present_values") for l in range(L)]
-    return ["logits", *present] + ([] if fast else ["self_attentions", "cross_attentions"])
+    if fast:
+        return ["logits", *(["tokens"] if greedy else []), *present]
+    return ["logits", *present, "self_attentions", "cross_attentions"]
 
 
 def decoder_feed(step: dict[str, np.ndarray], cross: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
@@ -403,9 +465,12 @@ def export_graphs(model: Transformer, out_dir: Path) -> None:
     )
 
 
-def fast_example(model: Transformer, seed: int = 0) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """A fast decoder feed (each row's cached tokens at its start, rows of 4, 2 and 0 tokens in caches of 6 slots)
-    and the same step as a decoder.onnx feed (each row's tokens at the end of a cache of 4, the rest masked)."""
+def fast_example(
+    model: Transformer, seed: int = 0, greedy: bool = False
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """A fast decoder feed (each row's cached tokens at its start, rows of 4, 2 and 0 tokens in caches of 6 slots;
+    ``greedy``: every row's logits and greedy token asked for) and the same step as a decoder.onnx feed (each row's
+    tokens at the end of a cache of 4, the rest masked)."""
     c = model.config
     _, exact = _step_example(model, seed)
     B, h, T, d_k = exact["past_keys.0"].shape
@@ -413,6 +478,8 @@ def fast_example(model: Transformer, seed: int = 0) -> tuple[dict[str, np.ndarra
     exact["position_ids"] = lengths[:, None].astype(np.int64)
     exact["self_attention_mask"] = (np.arange(T + 1)[None] >= (T - lengths)[:, None]).astype(np.int64)
     fast = {k: v for k, v in exact.items() if k != "self_attention_mask"}
+    if greedy:
+        fast["logit_rows"] = fast["token_rows"] = np.arange(B)
     rng = np.random.default_rng(seed)
     for name in (f"past_{kind}.{l}" for kind in ("keys", "values") for l in range(c.n_decoder_layers)):
         buffer = rng.standard_normal((B, h, T + 2, d_k)).astype(np.float32)  # stale slots: never attended to
@@ -427,35 +494,45 @@ def export_fast_decoder(
 ) -> float:
     """Export :class:`FastDecoderGraph` with fused attention (``kernels``: :func:`attention_kernels`) to ``path`` and
     check it (run as the runner runs it, its caches bound as input and output) against PyTorch's exact step on the
-    same tokens: logits, and each row's cache slots, within ``tolerance``. Returns the largest difference seen."""
+    same tokens: logits, and each row's cache slots, within ``tolerance``, and greedy tokens whose logits are the
+    largest within it. Returns the largest difference seen.
+
+    With attnserve's kernels it is the greedy form (``greedy``: logits or tokens by row); ONNX Runtime's form (what
+    the int8 variant's quantizer loads, which cannot hold attnserve's kernels) gives every row's logits."""
     import onnxruntime as ort
 
     from service.runner import attention_library
 
     model = model.eval()
     L = model.config.n_decoder_layers
-    names = decoder_inputs(L, fast=True)
-    feed, _ = fast_example(model)
+    greedy = kernels == "attnserve"
+    names, outputs = decoder_inputs(L, fast=True, greedy=greedy), decoder_outputs(L, fast=True, greedy=greedy)
+    feed, _ = fast_example(model, greedy=greedy)
     axes = {k: v for k, v in _step_axes(L).items() if k != "self_attention_mask"}
     for name in ("encoder_attention_mask", *(f"cross_{kind}.{l}" for kind in ("keys", "values") for l in range(L))):
         axes[name] = {**axes[name], 0: SOURCES}  # B / G sources, G rows each (docs/ARCHITECTURE.md)
     axes.update({f"{kind}.{l}": {0: "batch", 2: "capacity"} for kind in ("past_keys", "past_values", "present_keys",
                  "present_values") for l in range(L)})  # fmt: skip
+    if greedy:
+        axes.update({"logit_rows": {0: "logit_rows"}, "logits": {0: "logit_rows"}, "token_rows": {0: "token_rows"},
+                     "tokens": {0: "token_rows"}})  # fmt: skip
     _export(
-        FastDecoderGraph(model),
+        FastDecoderGraph(model, greedy),
         tuple(torch.from_numpy(feed[k]) for k in names),
         path,
-        (names, decoder_outputs(L, fast=True)),
+        (names, outputs),
         axes,
         custom_opsets={KERNELS: 1},
     )
     attention_kernels(path, model.config.h, kernels)
-    feed, exact = fast_example(model, seed=1)
+    feed, exact = fast_example(model, seed=1, greedy=greedy)
     opts = ort.SessionOptions()
     opts.register_custom_ops_library(attention_library())
     session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
     binding = session.io_binding()
-    binding.bind_output("logits", "cpu")
+    presents = [name for name in outputs if name.startswith("present_")]
+    for name in outputs[: -len(presents)]:
+        binding.bind_output(name, "cpu")
     for name in names:
         value = ort.OrtValue.ortvalue_from_numpy(feed[name])
         binding.bind_ortvalue_input(name, value)
@@ -464,11 +541,19 @@ def export_fast_decoder(
     session.run_with_iobinding(binding)
     with torch.no_grad():
         want = DecoderGraph(model)(*(torch.from_numpy(exact[k]) for k in decoder_inputs(L)))
+    logits = binding.get_outputs()[0].numpy()
+    if greedy:  # every row's logits and tokens were asked for
+        tokens = binding.get_outputs()[1].numpy()
+        allowed = want[0].numpy().copy()  # (B, V)
+        allowed[:, model.config.pad_id] = -np.inf
+        chosen = allowed[np.arange(len(tokens)), tokens]
+        scale = np.maximum(1.0, np.abs(allowed).max(axis=1, where=np.isfinite(allowed), initial=0))
+        if not ((allowed.max(axis=1) - chosen) / scale <= tolerance).all():
+            raise ValueError(f"ONNX Runtime's greedy tokens {tokens.tolist()} are not PyTorch's argmax")
     lengths = exact["position_ids"][:, 0] + 1  # each row's slots after the step
     T = exact["past_keys.0"].shape[2]
-    got = [binding.get_outputs()[0].numpy()]
-    ragged = [want[0]]
-    for i, name in enumerate(decoder_outputs(L, fast=True)[1:]):
+    got, ragged = [logits], [want[0]]
+    for i, name in enumerate(presents):
         buffer = feed[name.replace("present_", "past_")]
         got += [buffer[b, :, :n] for b, n in enumerate(lengths)]
         ragged += [want[1 + i][b, :, T + 1 - n :] for b, n in enumerate(lengths)]

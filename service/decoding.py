@@ -606,8 +606,10 @@ class _Batch:
         else:
             self_mask = np.concatenate([self.self_mask, np.ones((N, 1), np.int64)], axis=1)
             slots = self_mask.shape[1]
+        # Greedy rows only, unscored: the graph's own greedy tokens, no logits (Runner.greedy_tokens).
+        greedy = self.runner.greedy_tokens and not (plan.widths or plan.forced or plan.scored)
         t0 = time.perf_counter()
-        out = self._decoder_step(rows.last[:, None], rows.length[:, None], self_mask)
+        out = self._decoder_step(rows.last[:, None], rows.length[:, None], self_mask, greedy)
         seconds = time.perf_counter() - t0
         self.past_keys, self.past_values = out.present_keys, out.present_values
         if self_mask is not None:
@@ -620,7 +622,9 @@ class _Batch:
         done: list[int] = []  # request numbers finished in this step
         finals: list[tuple[int, int]] = []  # (request number, new row) hypotheses that finish at max_length
         one = plan.one  # greedy and forced rows
-        if not plan.widths:  # every row greedy or forced (or a hole: its token is never read)
+        if out.tokens is not None and greedy:
+            token = out.tokens
+        elif not plan.widths:  # every row greedy or forced (or a hole: its token is never read)
             token = logits.argmax(axis=-1)
         else:
             token = np.zeros(N, np.int64)
@@ -673,15 +677,18 @@ class _Batch:
         self._tidy()
         return results, seconds
 
-    def _decoder_step(self, ids: np.ndarray, positions: np.ndarray, self_mask: np.ndarray | None) -> StepOutput:
-        """The decoder on every row; on a batch with no cache yet, only on the rows that hold a hypothesis (a beam
-        request's other rows start empty): beam k computes one row a request in its first step, not k."""
+    def _decoder_step(
+        self, ids: np.ndarray, positions: np.ndarray, self_mask: np.ndarray | None, tokens: bool = False
+    ) -> StepOutput:
+        """The decoder on every row (``tokens``: greedy tokens instead of logits, :meth:`Runner.step`); on a batch
+        with no cache yet, only on the rows that hold a hypothesis (a beam request's other rows start empty): beam k
+        computes one row a request in its first step, not k."""
         rows, tensors = self.rows, self.tensors
         if self.host_in_place and not rows.alive.all() and not rows.length.any():
             return self._first_step(ids, positions)
         if self_mask is None or self.self_mask.shape[1] or rows.alive.all():
             caches = (self.cross_keys, self.cross_values, self.past_keys, self.past_values)
-            return self.runner.step(ids, positions, self.encoder_mask, self_mask, *caches)
+            return self.runner.step(ids, positions, self.encoder_mask, self_mask, *caches, tokens=tokens)
         run = np.flatnonzero(rows.alive)
         cross_keys, cross_values, past_keys, past_values = (
             [tensors.take(c, run) for c in caches]

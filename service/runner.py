@@ -100,11 +100,12 @@ class EncoderOutput:
 
 @dataclass(frozen=True)
 class StepOutput:
-    logits: np.ndarray  # (B, V)
+    logits: np.ndarray  # (B, V); (0, V) when the step was asked for tokens
     present_keys: list[Cache]  # per decoder layer (B, h, T + 1, d_k)
     present_values: list[Cache]
     self_attentions: np.ndarray | None  # (L_dec, B, h, T + 1); None from a graph without attention outputs
     cross_attentions: np.ndarray | None  # (L_dec, B, h, S)
+    tokens: np.ndarray | None = None  # (B,) greedy tokens, when asked for instead of logits
 
 
 class Tensors(Protocol):
@@ -291,6 +292,8 @@ class Runner:
         # apart from the rows' (model/export.py, FastDecoderGraph). Bundles exported before that take one a row.
         dims = {i.name: i.shape[0] for i in self.decoder.get_inputs()}
         self.grouped = self.in_place and dims["encoder_attention_mask"] != dims["input_ids"]
+        # It gives greedy tokens instead of logits where asked (FastDecoderGraph's logit_rows and token_rows).
+        self.greedy_tokens = "token_rows" in dims
         self._bindings = threading.local()
         # The fast decoder's inputs in the order Runner.step passes them, and its (past, present) cache pairs.
         cross = [f"{kind}.{l}" for kind in ("cross_keys", "cross_values") for l in range(L)]
@@ -342,16 +345,20 @@ class Runner:
         cross_values: list[Cache],
         past_keys: list[Cache],
         past_values: list[Cache],
+        tokens: bool = False,
     ) -> StepOutput:
         """One decoding step for B sequences; see docs/ARCHITECTURE.md for the shapes. Host caches should be
         C-contiguous (:class:`HostTensors` keeps them so), or ONNX Runtime copies them.
 
         With :attr:`in_place` there is no self-attention mask (None): row b's ``position_ids[b]`` tokens sit at the
         start of its cache buffers, of any capacity beyond the longest row; the step writes its slots into them
-        and returns them as the presents, with no attention weights."""
+        and returns them as the presents, with no attention weights. ``tokens`` (:attr:`greedy_tokens` only): each
+        row's greedy next token (padding never) instead of its logits."""
         if self.in_place:
             inputs = (input_ids, position_ids, encoder_attention_mask, *cross_keys, *cross_values)
-            return StepOutput(self._step_in_place(inputs, past_keys, past_values), past_keys, past_values, None, None)
+            logits, chosen = self._step_in_place(inputs, past_keys, past_values, tokens)
+            return StepOutput(logits, past_keys, past_values, None, None, chosen)
+        assert not tokens, "only the fast decoder gives tokens"
         feed: dict[str, Any] = {
             "input_ids": input_ids,
             "position_ids": position_ids,
@@ -368,10 +375,12 @@ class Runner:
         self_attentions, cross_attentions = rest[2 * L :] if self.attention else (None, None)
         return StepOutput(logits, rest[:L], rest[L : 2 * L], self_attentions, cross_attentions)
 
-    def _step_in_place(self, inputs: tuple[Any, ...], past_keys: list[Cache], past_values: list[Cache]) -> np.ndarray:
-        """The fast decoder with each cache buffer bound as its past input and its present output; the logits.
-        ``inputs``: the values of ``_in_place_inputs`` (input_ids, position_ids, encoder_attention_mask, then the
-        cross keys and values).
+    def _step_in_place(
+        self, inputs: tuple[Any, ...], past_keys: list[Cache], past_values: list[Cache], tokens: bool
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """The fast decoder with each cache buffer bound as its past input and its present output; the logits and
+        (asked for ``tokens``) the greedy tokens. ``inputs``: the values of ``_in_place_inputs`` (input_ids,
+        position_ids, encoder_attention_mask, then the cross keys and values).
 
         A decoding thread keeps its binding from step to step and binds again only what changed (the buffers stay
         the same arrays until they grow, shrink or rows join): binding everything anew cost 80 µs a step."""
@@ -389,13 +398,29 @@ class Runner:
                 binding.bind_ortvalue_input(past, value)
                 binding.bind_ortvalue_output(present, value)
                 bound[past] = cache
-        B, V = len(inputs[0]), self.spec.vocab_size
-        logits: np.ndarray | None = bound.get("logits")
-        if logits is None or len(logits) != B:  # the step's logits go into this thread's array of B rows, bound
-            logits = bound["logits"] = np.empty((B, V), np.float32)  # again only when the row count changes
-            binding.bind_output("logits", "cpu", 0, np.float32, logits.shape, logits.ctypes.data)
+        B = len(inputs[0])
+        if bound.get("rows") != (B, tokens):
+            self._bind_rows(binding, bound, B, tokens)
         self.decoder.run_with_iobinding(binding)
-        return logits  # overwritten by this thread's next step
+        return bound["logits"], bound["tokens"]  # overwritten by this thread's next step
+
+    def _bind_rows(self, binding: ort.IOBinding, bound: dict[str, Any], B: int, tokens: bool) -> None:
+        """Bind this thread's arrays for the logits (B rows, or none for ``tokens``) and, on a graph that takes
+        them, the rows of logits and of greedy tokens and the tokens' array; again only when B or ``tokens``
+        changes."""
+        assert self.greedy_tokens or not tokens, "this fast decoder gives logits only"
+        R, T = (0, B) if tokens else (B, 0)
+        logits = np.empty((R, self.spec.vocab_size), np.float32)
+        binding.bind_output("logits", "cpu", 0, np.float32, logits.shape, logits.ctypes.data)
+        chosen = None
+        if self.greedy_tokens:
+            rows = {"logit_rows": np.arange(R), "token_rows": np.arange(T)}
+            for name, value in rows.items():
+                binding.bind_cpu_input(name, value)
+            chosen = np.empty(T, np.int64)
+            binding.bind_output("tokens", "cpu", 0, np.int64, chosen.shape, chosen.ctypes.data)
+            bound.update(rows)
+        bound.update(rows=(B, tokens), logits=logits, tokens=chosen)
 
     def _binding(self) -> tuple[ort.IOBinding, dict[str, Any]]:
         """This thread's IOBinding of the fast decoder and what is bound to it (schedulers on several threads share

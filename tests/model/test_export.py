@@ -12,7 +12,10 @@ import pytest
 import torch
 
 from model.export import (
+    KERNELS,
+    GreedyTokens,
     Kernels,
+    _export,
     add_float16,
     add_int8,
     attention_kernels,
@@ -21,6 +24,7 @@ from model.export import (
     export_fast_decoder,
     fast_example,
     load_state_dict,
+    screen_weights,
 )
 from model.transformer import Transformer, greedy_decode
 from service.bundle import load_bundle
@@ -145,19 +149,26 @@ def test_fast_decoder_fuses_attention_and_matches_pytorch(tmp_path: Path, kernel
     assert ops.count(cross_attention) == 2
     assert len({d for d, _ in ops if d}) == 1  # one domain of attention kernels
     assert "self_attention_mask" not in [i.name for i in graph.input]
+    # attnserve's form computes logits or greedy tokens (screened in int8, checked in float32) by row.
+    greedy = kernels == "attnserve"
+    assert ("logit_rows" in [i.name for i in graph.input]) == greedy
     assert [o.name for o in graph.output] == [
         "logits",
+        *(["tokens"] if greedy else []),
         *(f"present_{k}.{l}" for k in ("keys", "values") for l in (0, 1)),
     ]
+    assert (("attnserve", "GreedyTokens") in ops) == greedy
 
 
 @pytest.fixture(scope="module", params=["attnserve", "onnxruntime"])
-def fast_decoder(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> tuple[Transformer, Path]:
-    """A tiny model and its exported fast decoder, with attnserve's attention kernels or ONNX Runtime's."""
+def fast_decoder(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> tuple[Transformer, Path, dict[str, np.ndarray]]:
+    """A tiny model, its exported fast decoder, with attnserve's attention kernels or ONNX Runtime's, and a feed."""
     model = tiny_model(365)
     path = tmp_path_factory.mktemp("fast") / "decoder.fast.onnx"
     export_fast_decoder(model, path, kernels=request.param)
-    return model, path
+    return model, path, fast_example(model, greedy=request.param == "attnserve")[0]
 
 
 def test_attnserve_kernels_equal_onnxruntimes(tmp_path: Path) -> None:
@@ -171,8 +182,8 @@ def test_attnserve_kernels_equal_onnxruntimes(tmp_path: Path) -> None:
     ours, theirs = tmp_path / "ours.onnx", tmp_path / "theirs.onnx"
     export_fast_decoder(model, ours)
     theirs.write_bytes(ours.read_bytes())
-    attention_kernels(theirs, model.config.h, "onnxruntime")
-    feed, _ = fast_example(model)
+    attention_kernels(theirs, model.config.h, "onnxruntime")  # GreedyTokens stays attnserve's
+    feed, _ = fast_example(model, greedy=True)
     lengths = feed["position_ids"][:, 0]
     assert len(set(lengths.tolist())) > 1 and len(set(feed["encoder_attention_mask"].sum(1).tolist())) > 1
     steps = []
@@ -196,12 +207,59 @@ def test_attnserve_kernels_equal_onnxruntimes(tmp_path: Path) -> None:
         fast_session(ours).run(["logits"], full)
 
 
-def test_fast_decoder_reads_no_slot_past_a_rows_length(fast_decoder: tuple[Transformer, Path]) -> None:
+class Projection(torch.nn.Module):
+    """h (T, d) -> GreedyTokens of h W^T + bias, ``pad`` never chosen."""
+
+    def __init__(self, W: torch.Tensor, bias: torch.Tensor, pad: int) -> None:
+        super().__init__()
+        for name, value in [("W", W), ("bias", bias), ("pad", torch.tensor(pad))]:
+            self.register_buffer(name, value)
+        for name, value in zip(("W_int8", "w_scale", "w_l1"), screen_weights(W), strict=True):
+            self.register_buffer(name, value)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return GreedyTokens.apply(h, self.W, self.bias, self.W_int8, self.w_scale, self.w_l1, self.pad)
+
+
+@pytest.mark.parametrize("biased", [False, True])
+def test_greedy_tokens_are_the_float32_argmax(tmp_path: Path, biased: bool) -> None:
+    """attnserve.GreedyTokens (the projection in 7-bit integers, the float32 logits of the tokens its error bound
+    cannot rule out) gives the argmax of the logits, padding left out: rows of very different scales (a large one
+    rules out few tokens), an exact tie (the first token wins, as numpy's argmax), padding as the largest logit,
+    a row of zeros (every token ties), a token that a -inf bias rules out, and no rows at all."""
+    rng = np.random.default_rng(0)
+    V, d, pad = 300, 48, 7
+    W = rng.standard_normal((V, d)).astype(np.float32) * 0.3
+    W[11], W[20] = W[5], 0  # a twin of token 5, a row of zeros
+    bias = np.zeros(0, np.float32)
+    if biased:
+        bias = rng.standard_normal(V).astype(np.float32)
+        bias[3], bias[4], bias[11] = -np.inf, 4.0, bias[5]
+    h = np.concatenate([rng.standard_normal((40, d)) * scale for scale in (0.01, 1.0, 30.0)])
+    h = np.concatenate([h, 5 * W[[5, pad]], 8 * W[[3]], np.zeros((1, d))]).astype(np.float32)
+    path = tmp_path / "greedy.onnx"
+    axes = {"h": {0: "rows"}, "tokens": {0: "rows"}}
+    _export(Projection(torch.from_numpy(W), torch.from_numpy(bias), pad), (torch.from_numpy(h),), path,
+            (["h"], ["tokens"]), axes, custom_opsets={KERNELS: 1})  # fmt: skip
+    assert [n.op_type for n in onnx.load(str(path)).graph.node][-1] == "GreedyTokens"
+    session = fast_session(path)
+    got = session.run(["tokens"], {"h": h})[0]
+    logits = h.astype(np.float64) @ W.T.astype(np.float64) + (bias if biased else 0)
+    logits[:, pad] = -np.inf
+    np.testing.assert_array_equal(got, logits.argmax(axis=1))
+    assert got[-4] == 5 and got[-3] != pad and got[-1] == (0 if not biased else logits[-1].argmax())
+    if biased:
+        assert 3 not in got
+    assert session.run(["tokens"], {"h": h[:0]})[0].shape == (0,)
+
+
+def test_fast_decoder_reads_no_slot_past_a_rows_length(
+    fast_decoder: tuple[Transformer, Path, dict[str, np.ndarray]],
+) -> None:
     """The service leaves the slots of grown cache buffers unwritten (service/decoding.py, _Batch._moved): whatever
     they hold past each row's length, NaN and infinity included, the step is the same."""
 
-    model, path = fast_decoder
-    feed, _ = fast_example(model)
+    _, path, feed = fast_decoder
     lengths = feed["position_ids"][:, 0]
     session = fast_session(path)
     steps = []
@@ -216,16 +274,18 @@ def test_fast_decoder_reads_no_slot_past_a_rows_length(fast_decoder: tuple[Trans
     np.testing.assert_array_equal(steps[2], steps[0])
 
 
-def test_fast_decoder_groups_rows_that_share_a_source(fast_decoder: tuple[Transformer, Path]) -> None:
+def test_fast_decoder_groups_rows_that_share_a_source(
+    fast_decoder: tuple[Transformer, Path, dict[str, np.ndarray]],
+) -> None:
     """G consecutive rows may share one source's cross keys and values (a beam request's rows): the same step as
     with the source repeated for each row; the first axis of the cross inputs is named apart from the rows'."""
 
-    model, path = fast_decoder
-    feed, _ = fast_example(model)  # 3 rows with 3 sources
+    model, path, feed = fast_decoder  # 3 rows with 3 sources
     G, L = 2, model.config.n_decoder_layers
     cross = [f"cross_{kind}.{l}" for kind in ("keys", "values") for l in range(L)]
     rows = {k: np.repeat(v, G, axis=0) for k, v in feed.items() if k not in (*cross, "encoder_attention_mask")}
     rows["input_ids"] = np.arange(2, 2 + 3 * G)[:, None]  # different tokens in one source's rows
+    rows.update({k: np.arange(3 * G) for k in ("logit_rows", "token_rows") if k in feed})  # every row's
     sources = {k: feed[k] for k in (*cross, "encoder_attention_mask")}
     session = fast_session(path)
     repeated = session.run(None, {**rows, **{k: np.repeat(v, G, axis=0) for k, v in sources.items()}})

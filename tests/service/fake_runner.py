@@ -15,6 +15,7 @@ class FakeRunner:
     tensors = HostTensors()
     in_place = False  # left-padded caches and a self-attention mask, as decoder.onnx
     grouped = False  # one source a row
+    greedy_tokens = False  # logits only
 
     def __init__(self) -> None:
         self.step_rows: list[int] = []

@@ -203,7 +203,16 @@ class PrefixModel(FakeRunner):
     spec = SPEC
 
     def step(
-        self, input_ids, position_ids, encoder_mask, self_mask, cross_keys, cross_values, past_keys, past_values
+        self,
+        input_ids,
+        position_ids,
+        encoder_mask,
+        self_mask,
+        cross_keys,
+        cross_values,
+        past_keys,
+        past_values,
+        tokens=False,  # never asked: greedy_tokens is False
     ) -> StepOutput:
         B = len(input_ids)
         self.step_rows.append(B)

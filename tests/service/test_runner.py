@@ -143,6 +143,36 @@ def test_caches_written_in_place_give_the_exact_graphs_answers(tiny_bundle: Path
     assert_exact_answers(bundle, requests, in_place)
 
 
+@pytest.mark.parametrize("io_binding", [False, True])
+def test_greedy_requests_without_scores_take_the_graphs_tokens(tiny_bundle: Path, io_binding: bool) -> None:
+    """While every row of a batch is greedy and unscored, the fast decoder gives its own greedy tokens instead of
+    logits (attnserve.GreedyTokens); a beam request or a scored one joining switches it to logits, and back once they
+    leave: the exact graphs' tokens either way."""
+    bundle = load_bundle(tiny_bundle)
+    tok = bundle.tokenizer
+    texts = ["Print the document in this window now", "Delete the selected files?", "Open", "Save as", "Close"]
+    texts += ["Open file", "Settings", "Replace the file in this window?"]
+    beams, lengths = [1, 1, 1, 2, 1, 1, 1, 1], [9, 3, 4, 5, 2, 6, 3, 4]
+    requests = [
+        DecodeRequest(src=tok.encode_source(t), beam_size=b, max_length=n, n_best=b, scores=i == 5)
+        for i, (t, b, n) in enumerate(zip(texts, beams, lengths, strict=True))
+    ]
+    fast = Runner(bundle, "cpu", io_binding=io_binding, fast=True)
+    assert fast.greedy_tokens
+    modes: list[bool] = []
+    bind = Runner._bind_rows
+
+    def recorded(runner: Runner, binding: Any, bound: dict[str, Any], B: int, tokens: bool) -> None:
+        if not modes or modes[-1] != tokens:
+            modes.append(tokens)
+        bind(runner, binding, bound, B, tokens)
+
+    with patch.object(Runner, "_bind_rows", recorded):
+        results, _ = staggered(fast, requests)
+    assert modes[:3] == [True, False, True], f"tokens, then logits, then tokens again: {modes}"
+    assert_exact_answers(bundle, requests, results)
+
+
 def test_compaction_moves_rows_into_holes_and_changes_no_answer(tiny_bundle: Path) -> None:
     """One batch of 24 requests (greedy and beams) where the first finish first: compacting moves rows from the
     end into their holes (host buffers written in place) and keeps the first rows, and every request still gets the

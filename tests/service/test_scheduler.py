@@ -35,6 +35,7 @@ class CountingRunner(FakeRunner):
         cross_values,
         past_keys,
         past_values,
+        tokens=False,  # never asked: greedy_tokens is False
     ) -> StepOutput:  # type: ignore[no-untyped-def]
         B = input_ids.shape[0]
         self.step_rows.append(B)
@@ -109,9 +110,9 @@ def test_queue_full_and_deadline() -> None:
 class SlowRunner(CountingRunner):
     """A millisecond a step: long enough for the event loop to see a request being decoded."""
 
-    def step(self, *args):  # type: ignore[no-untyped-def]
+    def step(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         time.sleep(0.001)
-        return super().step(*args)
+        return super().step(*args, **kwargs)
 
 
 def test_cancelled_request_frees_its_rows() -> None:
@@ -153,12 +154,12 @@ class FailingOnceRunner(CountingRunner):
 
     failed = False
 
-    def step(self, input_ids, position_ids, encoder_attention_mask, *rest):  # type: ignore[no-untyped-def]
+    def step(self, input_ids, position_ids, encoder_attention_mask, *rest, **kwargs):  # type: ignore[no-untyped-def]
         cross_keys = rest[1]
         if not self.failed and (cross_keys[0][:, 0, 0, 0] == 9).any():
             self.failed = True
             raise RuntimeError("the runner broke")
-        return super().step(input_ids, position_ids, encoder_attention_mask, *rest)
+        return super().step(input_ids, position_ids, encoder_attention_mask, *rest, **kwargs)
 
 
 def test_a_runner_failure_fails_the_batch_and_the_loop_goes_on() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import time
@@ -137,6 +138,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if s.warmup:
             for e in engines:
                 await asyncio.to_thread(warm_up, e)
+        # What start-up made (modules, graphs' metadata, schemas) lives as long as the process: the cyclic
+        # collector leaves it out from now on, and collects the young generation every 10,000 allocations rather
+        # than 700. int8 over HTTP at 500 requests/s, one thread, three interleaved runs each: the event loop's
+        # CPU 4.09 -> 3.73 s of 12.3, p99 150-185 -> 117-153 ms.
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(10_000, *gc.get_threshold()[1:])
         state.ready = True
         log.info("serving %s", ", ".join(f"{e.bundle.name} ({'→'.join(e.pair)})" for e in engines))
         try:

@@ -149,17 +149,17 @@ class Engine:
     def _exact(self, requests: list[DecodeRequest], exact: bool) -> bool:
         return exact or (not self.fast.attention and any(r.attention for r in requests))
 
-    async def submit(self, requests: list[DecodeRequest], exact: bool = False) -> list[DecodeResult]:
-        """Queue texts together and wait for all of them; ``exact`` for the float32 graphs (/attention)."""
+    def enqueue(self, requests: list[DecodeRequest], exact: bool = False) -> list[asyncio.Future[DecodeResult]]:
+        """Queue texts together on the least busy scheduler (on the event loop); ``exact`` for the float32 graphs
+        (/attention). Cancelling a future frees its text's rows.
+
+        Raises:
+            QueueFull: the scheduler has no room for them all.
+        """
         assert self.schedulers, "Engine.start() was not called"
         group = self.schedulers["exact" if self._exact(requests, exact) else "fast"]
         scheduler = min(group, key=lambda s: s.queue_depth + s.active_sequences)  # the least busy
-        futures = scheduler.submit_many(requests, self.settings.request_timeout_s)
-        try:
-            return list(await asyncio.gather(*futures))
-        finally:
-            for f in futures:
-                f.cancel()  # a caller that went away frees its rows
+        return scheduler.submit_many(requests, self.settings.request_timeout_s)
 
     def decode_now(self, requests: list[DecodeRequest], exact: bool = False) -> list[DecodeResult]:
         """Decode without a scheduler (the command line), on the same graphs as :meth:`submit`."""

@@ -158,8 +158,8 @@ class Engine:
         """
         assert self.schedulers, "Engine.start() was not called"
         group = self.schedulers["exact" if self._exact(requests, exact) else "fast"]
-        scheduler = min(group, key=lambda s: s.queue_depth + s.active_sequences)  # the least busy
-        return scheduler.submit_many(requests, self.settings.request_timeout_s)
+        scheduler = group[0] if len(group) == 1 else min(group, key=lambda s: s.queue_depth + s.active_sequences)
+        return scheduler.submit_many(requests, self.settings.request_timeout_s)  # on the least busy
 
     def decode_now(self, requests: list[DecodeRequest], exact: bool = False) -> list[DecodeResult]:
         """Decode without a scheduler (the command line), on the same graphs as :meth:`submit`."""

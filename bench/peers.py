@@ -724,12 +724,23 @@ def http_tables(curves: dict[tuple[str, int], tuple[list[LoadPoint], float | Non
     )
 
 
+def anchor_rate(job: Job, work: Path, n: int, timeout: float) -> float:
+    """Sentences/s of one offline run of ``job`` now (CTranslate2's, around an HTTP sweep: :func:`http_ratios`)."""
+    return n / run_job(job, work, timeout)["seconds"]
+
+
 def http_ratios(
-    curves: dict[tuple[str, int], tuple[list[LoadPoint], float | None]], offline: list[JobResult], n: int
+    curves: dict[tuple[str, int], tuple[list[LoadPoint], float | None]],
+    offline: list[JobResult],
+    n: int,
+    anchors: dict[tuple[str, int], tuple[float, float]] | None = None,
 ) -> str:
     """Best sustained sentences/s over HTTP against CTranslate2's offline greedy rate (same compute type and
     threads; the goal is ≥ 0.8×; and against its fastest thread count when that is another: on 2 cores it has run
-    3× slower with 2 threads than with 1) and against the FastAPI + transformers service (the goal is ≥ 5×)."""
+    3× slower with 2 threads than with 1) and against the FastAPI + transformers service (the goal is ≥ 5×).
+
+    ``anchors``: CTranslate2's rate run just before and just after a server's sweep, which the ratio then uses (this
+    machine's speed has moved by 40 % within an hour, longer than a whole run takes); else the offline table's."""
     ct2 = {(r.job.compute, r.job.threads): n / r.median_seconds for r in offline
            if r.job.engine == "ctranslate2" and r.job.beam == 1}  # fmt: skip
     fastest = {compute: max((rate, threads) for (c, threads), rate in ct2.items() if c == compute)
@@ -741,11 +752,15 @@ def http_ratios(
             continue
         compute = "int8" if name.endswith("int8") else "float32"
         parts = []
-        if (compute, threads) in ct2:
+        if anchors and (name, threads) in anchors:
+            before, after = anchors[name, threads]
+            parts.append(f"{best.achieved / ((before + after) / 2):.2f}× CTranslate2 {compute} offline, run just "
+                         f"before and after the sweep ({before:,.1f} and {after:,.1f} sentences/s)")  # fmt: skip
+        elif (compute, threads) in ct2:
             parts.append(f"{best.achieved / ct2[compute, threads]:.2f}× CTranslate2 {compute} offline")
         if compute in fastest and fastest[compute][1] != threads:
             rate, at = fastest[compute]
-            parts.append(f"{best.achieved / rate:.2f}× its fastest ({at} thread(s))")
+            parts.append(f"{best.achieved / rate:.2f}× its fastest in the offline table ({at} thread(s))")
         peer = best_sustained(curves.get(("FastAPI + transformers", threads), ([], None))[0])
         parts.append(f"{best.achieved / peer.achieved:.1f}× FastAPI + transformers" if peer else "the transformers "
                      "service sustained no rate with p99 ≤ 1 s")  # fmt: skip
@@ -897,6 +912,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             )
 
         curves: dict[tuple[str, int], tuple[list[LoadPoint], float | None]] = {}
+        anchors: dict[tuple[str, int], tuple[float, float]] = {}  # CTranslate2's rate around each sweep
         pair = {"source": bundle.source_lang, "target": bundle.target_lang}
         bodies = [{"q": s, **pair} for s in sentences]
         if "http" in args.parts:
@@ -910,18 +926,29 @@ def main(argv: Sequence[str] | None = None) -> None:
                     ("FastAPI + transformers", partial(transformers_server, prepared.hf, threads)),
                 ]
                 for name, start in starters:  # one server at a time: each gets the machine to itself
+                    anchor = Job("ctranslate2", "int8" if name.endswith("int8") else "float32", 1, threads)
+                    before = (
+                        anchor_rate(anchor, work, len(sentences), args.engine_timeout)
+                        if name.startswith("attnserve")
+                        else None
+                    )
                     with start() as server:
                         points = sweep(
                             server, bodies, args.rates, args.load_seconds, args.stop_p99, args.request_timeout,
                             args.refine,
                         )  # fmt: skip
                         curves[(name, threads)] = (points, server.peak_rss_mb())
+                    if before is not None:
+                        anchors[(name, threads)] = (
+                            before,
+                            anchor_rate(anchor, work, len(sentences), args.engine_timeout),
+                        )
                     print(
                         f"{name}, {threads} thread(s): "
                         + ", ".join(f"{p.offered:g}/s p99 {fmt_ms(p.p99)} ms" for p in points),
                         flush=True,
                     )
-            tables = http_tables(curves) + "\n\n" + http_ratios(curves, offline_results, len(sentences))
+            tables = http_tables(curves) + "\n\n" + http_ratios(curves, offline_results, len(sentences), anchors)
             plots = plot_curves(curves, out)
             print(f"\n{tables}\n", flush=True)
             images = "\n".join(f"![latency against offered load]({p.name})" for p in plots)
@@ -933,7 +960,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                 f"each request's scheduled send time (no coordinated omission); attnserve at n threads runs n "
                 f"decoding threads of one ONNX Runtime thread each (`ATTNSERVE_DECODE_THREADS=n`); a rate with errors "
                 f"or p99 over "
-                f"{args.stop_p99:g} s ends the sweep. The load generator runs on the same machine. The transformers "
+                f"{args.stop_p99:g} s ends the sweep. The load generator runs on the same machine. One offline "
+                f"CTranslate2 run (greedy, the same compute type and threads) just before and one just after each "
+                f"attnserve sweep anchor its ratio: their mean is the rate it is compared with. The transformers "
                 f"service is a plain FastAPI app (`python bench/peers.py --serve-transformers DIR`) that answers one "
                 f"request at a time.\n\n{tables}\n\n{images}"
             )

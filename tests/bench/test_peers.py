@@ -113,7 +113,16 @@ def test_http_ratios_name_ctranslate2_at_the_same_and_at_its_fastest_thread_coun
     curves = {("attnserve", 1): curve(300), ("attnserve", 2): curve(400), ("FastAPI + transformers", 1): curve(30)}
     text = peers.http_ratios(curves, [offline(1, 2.0), offline(2, 5.0)], n=1000)  # 500/s and 200/s
     assert "- attnserve, 1 thread(s): 0.60× CTranslate2 float32 offline; 10.0× FastAPI + transformers" in text
-    assert "- attnserve, 2 thread(s): 2.00× CTranslate2 float32 offline; 0.80× its fastest (1 thread(s));" in text
+    assert (
+        "- attnserve, 2 thread(s): 2.00× CTranslate2 float32 offline; 0.80× its fastest in the offline table (1 "
+        "thread(s));" in text
+    )
+    # CTranslate2 run just before and after a sweep anchors its ratio instead of the offline table
+    text = peers.http_ratios(curves, [offline(1, 2.0), offline(2, 5.0)], n=1000, anchors={("attnserve", 1): (250, 350)})
+    assert (
+        "- attnserve, 1 thread(s): 1.00× CTranslate2 float32 offline, run just before and after the sweep (250.0 "
+        "and 350.0 sentences/s); 10.0× FastAPI + transformers" in text
+    )
 
 
 def test_poisson_plan_is_deterministic_and_near_its_rate() -> None:

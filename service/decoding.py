@@ -622,7 +622,7 @@ class _Batch:
         done: list[int] = []  # request numbers finished in this step
         finals: list[tuple[int, int]] = []  # (request number, new row) hypotheses that finish at max_length
         one = plan.one  # greedy and forced rows
-        if out.tokens is not None and greedy:
+        if out.tokens is not None:  # asked for (greedy)
             token = out.tokens
         elif not plan.widths:  # every row greedy or forced (or a hole: its token is never read)
             token = logits.argmax(axis=-1)

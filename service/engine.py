@@ -162,7 +162,7 @@ class Engine:
         return scheduler.submit_many(requests, self.settings.request_timeout_s)  # on the least busy
 
     def decode_now(self, requests: list[DecodeRequest], exact: bool = False) -> list[DecodeResult]:
-        """Decode without a scheduler (the command line), on the same graphs as :meth:`submit`."""
+        """Decode without a scheduler (the command line), on the same graphs as :meth:`enqueue`."""
         return decode(self.exact if self._exact(requests, exact) else self.fast, requests)
 
     def text(self, hyp: Hypothesis) -> str:

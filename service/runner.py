@@ -402,7 +402,7 @@ class Runner:
         if bound.get("rows") != (B, tokens):
             self._bind_rows(binding, bound, B, tokens)
         self.decoder.run_with_iobinding(binding)
-        return bound["logits"], bound["tokens"]  # overwritten by this thread's next step
+        return bound["logits"], bound["tokens"] if tokens else None  # overwritten by this thread's next step
 
     def _bind_rows(self, binding: ort.IOBinding, bound: dict[str, Any], B: int, tokens: bool) -> None:
         """Bind this thread's arrays for the logits (B rows, or none for ``tokens``) and, on a graph that takes

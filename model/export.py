@@ -188,7 +188,7 @@ class GreedyTokens(torch.autograd.Function):
     Exported: h quantized (``DynamicQuantizeLinear``) times W's rows in 7 bits (:func:`screen_weights`,
     ``MatMulInteger``), then ``attnserve.GreedyTokens``, which bounds that product's error, rules out every token
     whose logit cannot be the largest and computes float32 logits for the few left (service/_attention.c): the
-    float32 argmax for about a fifth of the projection's work.
+    float32 argmax for about a quarter of the projection's work.
     """
 
     @staticmethod
@@ -219,7 +219,7 @@ class FastDecoderGraph(nn.Module):
 
     ``greedy`` (float32's): two more inputs, ``logit_rows`` (R,), the rows whose ``logits`` (R, V) the step
     computes, and ``token_rows`` (T,), those whose greedy next token it computes instead, ``tokens`` (T,) (the argmax
-    of the logits, padding left out, through :class:`GreedyTokens`: a fifth of the projection's work): greedy search
+    of the logits, padding left out, through :class:`GreedyTokens`: a quarter of the projection's work): greedy search
     without scores needs no logits. Without it (what the int8 variant quantizes), every row's logits."""
 
     def __init__(self, model: Transformer, greedy: bool = True) -> None:

@@ -14,7 +14,7 @@
        for none),
        w_scale () float (W's int8 scale), w_l1 () float (the largest L1 norm of W's rows), pad () int64
        (never chosen) -> (T,) int64: each row's argmax over v of h . W[v] + bias[v], as a float32 projection and
-       argmax compute it, for about a fifth of the projection's work.
+       argmax compute it, for about a quarter of the projection's work.
 
    Both attentions are softmax(q K^T / sqrt(d_k)) V per row and head, as ONNX Runtime's MultiHeadAttention and
    GroupQueryAttention compute them (model/transformer.py's attention), in another order of summation (float32

@@ -33,8 +33,6 @@ INLINE float vsum(vf v) {
     return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
 }
 
-typedef int32_t vi __attribute__((vector_size(LANES * sizeof(int32_t))));
-
 INLINE vf vmax(vf a, vf b) {
     vi m = a > b;
     return (vf)(((vi)a & m) | ((vi)b & ~m));

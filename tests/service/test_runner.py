@@ -6,6 +6,7 @@ import itertools
 import sys
 from collections import Counter
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from unittest.mock import patch
@@ -45,6 +46,19 @@ def test_device_tensors_equal_numpy() -> None:
     assert host.take(x, rows).flags.c_contiguous and host.narrow(x, 2, 1, 3).flags.c_contiguous
 
 
+TEXTS = ["Print the document in this window now", "Delete the selected files?", "Open", "Save as", "Close"]
+TEXTS += ["Open file", "Settings", "Replace the file in this window?"]
+
+
+def requests_of(bundle: Bundle, beams: list[int], lengths: list[int], **options: Any) -> list[DecodeRequest]:
+    """One request a text of TEXTS: its beam size (and as many hypotheses) and max_length; ``options`` for all."""
+    tok = bundle.tokenizer
+    return [
+        DecodeRequest(src=tok.encode_source(t), beam_size=b, max_length=n, n_best=b, **options)
+        for t, b, n in zip(TEXTS, beams, lengths, strict=True)
+    ]
+
+
 def staggered(runner: Runner, requests: list[DecodeRequest]) -> tuple[list[DecodeResult], Counter[str]]:
     """The first two requests together, then one more each time one finishes: rows join (into the holes that
     finished ones left, or at the end), reorder (beams), leave, get trimmed, and move from the young batch to the
@@ -78,14 +92,8 @@ def staggered(runner: Runner, requests: list[DecodeRequest]) -> tuple[list[Decod
 
 def test_io_binding_gives_the_same_tokens_scores_and_attention(tiny_bundle: Path) -> None:
     bundle = load_bundle(tiny_bundle)
-    tok = bundle.tokenizer
-    texts = ["Print the document in this window now", "Delete the selected files?", "Open", "Save as", "Close"]
-    texts += ["Open file", "Settings", "Replace the file in this window?"]
     beams, lengths = [8, 1, 1, 2, 1, 3, 1, 2], [16, 3, 4, 5, 2, 6, 3, 4]  # random weights rarely stop by themselves
-    requests = [
-        DecodeRequest(src=tok.encode_source(t), beam_size=b, max_length=n, n_best=b, attention=True)
-        for t, b, n in zip(texts, beams, lengths, strict=True)
-    ]
+    requests = requests_of(bundle, beams, lengths, attention=True)
     host, calls = staggered(Runner(bundle, "cpu", io_binding=False), requests)
     device, device_calls = staggered(Runner(bundle, "cpu", io_binding=True), requests)
     alone = [decode(Runner(bundle, "cpu"), [r])[0] for r in requests]
@@ -120,14 +128,7 @@ def test_caches_written_in_place_give_the_exact_graphs_answers(tiny_bundle: Path
     joins, beams, holes, and buffers that grow (past 16 and 32 slots) and shrink again: the exact graphs' tokens
     and scores, with host caches and with device caches (IOBinding, the CUDA path)."""
     bundle = load_bundle(tiny_bundle)
-    tok = bundle.tokenizer
-    texts = ["Print the document in this window now", "Delete the selected files?", "Open", "Save as", "Close"]
-    texts += ["Open file", "Settings", "Replace the file in this window?"]
-    beams, lengths = [1, 3, 1, 2, 1, 4, 1, 2], [40, 3, 4, 5, 2, 20, 3, 4]
-    requests = [
-        DecodeRequest(src=tok.encode_source(t), beam_size=b, max_length=n, n_best=b)
-        for t, b, n in zip(texts, beams, lengths, strict=True)
-    ]
+    requests = requests_of(bundle, [1, 3, 1, 2, 1, 4, 1, 2], [40, 3, 4, 5, 2, 20, 3, 4])
     fast = Runner(bundle, "cpu", io_binding=io_binding, fast=True)
     assert fast.in_place and not fast.attention
     capacities: list[int] = []
@@ -149,14 +150,8 @@ def test_greedy_requests_without_scores_take_the_graphs_tokens(tiny_bundle: Path
     logits (attnserve.GreedyTokens); a beam request or a scored one joining switches it to logits, and back once they
     leave: the exact graphs' tokens either way."""
     bundle = load_bundle(tiny_bundle)
-    tok = bundle.tokenizer
-    texts = ["Print the document in this window now", "Delete the selected files?", "Open", "Save as", "Close"]
-    texts += ["Open file", "Settings", "Replace the file in this window?"]
-    beams, lengths = [1, 1, 1, 2, 1, 1, 1, 1], [9, 3, 4, 5, 2, 6, 3, 4]
-    requests = [
-        DecodeRequest(src=tok.encode_source(t), beam_size=b, max_length=n, n_best=b, scores=i == 5)
-        for i, (t, b, n) in enumerate(zip(texts, beams, lengths, strict=True))
-    ]
+    requests = requests_of(bundle, [1, 1, 1, 2, 1, 1, 1, 1], [9, 3, 4, 5, 2, 6, 3, 4], scores=False)
+    requests[5] = replace(requests[5], scores=True)
     fast = Runner(bundle, "cpu", io_binding=io_binding, fast=True)
     assert fast.greedy_tokens
     modes: list[bool] = []

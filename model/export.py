@@ -134,6 +134,57 @@ class FusedAttention(torch.autograd.Function):
         return out
 
 
+class SegmentAttention(torch.autograd.Function):
+    """The encoder's self-attention of projected queries, keys and values (B, S, d_model), heads side by side, under
+    segment numbers (B, S) (:class:`EncoderGraph`'s attention_mask as int32) -> (B, S, d_model), heads concatenated:
+    a token attends to its own text's tokens (:func:`~model.transformer.segment_mask`).
+
+    Exported, it is one node, ``attnserve.SegmentAttention`` (service/_attention.c), with h as its last input."""
+
+    @staticmethod
+    def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor, segments: Tensor, h: int) -> Tensor:
+        B, S, d_model = q.shape
+
+        def heads(x: Tensor) -> Tensor:
+            return x.view(B, S, h, d_model // h).transpose(1, 2)  # (B, h, S, d_k)
+
+        out, _ = attention(heads(q), heads(k), heads(v), segment_mask(segments))
+        return out.transpose(1, 2).reshape(B, S, d_model)
+
+    @staticmethod
+    def symbolic(g: Any, q: Any, k: Any, v: Any, segments: Any, h: int) -> Any:
+        out = g.op(f"{KERNELS}::SegmentAttention", q, k, v, segments, g.op("Constant", value_t=torch.tensor(h)))
+        out.setType(q.type())
+        return out
+
+
+class FastEncoderGraph(nn.Module):
+    """The fast encoder for /translate (what :func:`add_int8` quantizes; /attention keeps :class:`EncoderGraph`):
+    the same inputs and cross keys and values, with each self-attention one :class:`SegmentAttention` node and no
+    attention output."""
+
+    def __init__(self, model: Transformer) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor) -> tuple[Tensor, ...]:
+        m = self.model
+        segments = attention_mask.to(torch.int32)  # (B, S)
+        x = m.src_embed(input_ids, position_ids)  # (B, S, d_model)
+        for layer in m.encoder_layers:
+            attn = layer.self_attn
+
+            def self_attention(y: Tensor, attn: Any = attn) -> tuple[Tensor, None]:
+                out = SegmentAttention.apply(attn.W_Q(y), attn.W_K(y), attn.W_V(y), segments, attn.h)
+                return attn.W_O(out), None
+
+            sublayer: Any = layer.sublayer
+            x, _ = sublayer[0](x, self_attention)
+            x, _ = sublayer[1](x, lambda y, layer=layer: (layer.feed_forward(y), None))
+        memory_kv = m.memory_kv(m.encoder_norm(x))
+        return (*(k for k, _ in memory_kv), *(v for _, v in memory_kv))  # L_dec × (B, h, S, d_k) each
+
+
 KERNELS = "attnserve"  # the domain of attnserve's own ONNX Runtime kernels (service/_attention.c)
 
 
@@ -299,7 +350,8 @@ def attention_kernels(path: Path, h: int, kernels: Kernels) -> None:
     """Whose kernels a graph's attention nodes run, in place: attnserve's (domain ``attnserve``, service/_attention.c:
     :class:`FusedAttention` as ``Attention``, :class:`CachedAttention` as ``CachedAttention``, as exported) or ONNX
     Runtime's (``com.microsoft`` MultiHeadAttention with no bias, GroupQueryAttention with h key/value heads: the form
-    that ONNX Runtime's quantizer can load, without attnserve's library). Either form converts to the other."""
+    that ONNX Runtime's quantizer can load, without attnserve's library). Either form converts to the other; the
+    graph imports only the domains its nodes use."""
     graph = onnx.load(str(path))
     for node in graph.graph.node:
         if node.domain == KERNELS and node.op_type in ONNXRUNTIME:
@@ -320,7 +372,9 @@ def attention_kernels(path: Path, h: int, kernels: Kernels) -> None:
             heads = ("num_heads", "kv_num_heads") if name == "CachedAttention" else ("num_heads",)
             node.attribute.extend(onnx.helper.make_attribute(a, h) for a in heads)
     used = {node.domain for node in graph.graph.node}
-    imports = [o for o in graph.opset_import if o.domain not in (KERNELS, "com.microsoft")]
+    # ONNX's own domain, and any other that a node uses (ONNX Runtime's optimized graphs import a dozen more)
+    others = used - {KERNELS, "com.microsoft"}
+    imports = [o for o in graph.opset_import if o.domain in ("", "ai.onnx") or o.domain in others]
     del graph.opset_import[:]
     graph.opset_import.extend(
         [*imports, *(onnx.helper.make_opsetid(d, 1) for d in (KERNELS, "com.microsoft") if d in used)]
@@ -331,9 +385,20 @@ def attention_kernels(path: Path, h: int, kernels: Kernels) -> None:
 ENCODER_INPUTS = ["input_ids", "attention_mask", "position_ids"]
 
 
-def encoder_outputs(L: int) -> list[str]:
-    """encoder.onnx's output names for L decoder layers, in EncoderGraph.forward's order."""
-    return ["encoder_attentions", *(f"{kind}.{l}" for kind in ("cross_keys", "cross_values") for l in range(L))]
+def encoder_outputs(L: int, fast: bool = False) -> list[str]:
+    """encoder.onnx's (``fast``: encoder.fast.onnx's, without attentions) output names for L decoder layers, in the
+    graph module's order."""
+    cross = [f"{kind}.{l}" for kind in ("cross_keys", "cross_values") for l in range(L)]
+    return cross if fast else ["encoder_attentions", *cross]
+
+
+def _encoder_axes(L: int) -> dict[str, dict[int, str]]:
+    B, S = "batch", "source_length"
+    return {
+        **{name: {0: B, 1: S} for name in ENCODER_INPUTS},
+        "encoder_attentions": {1: B, 3: S, 4: S},
+        **{f"cross_{kind}.{l}": {0: B, 2: S} for kind in ("keys", "values") for l in range(L)},
+    }
 
 
 def decoder_inputs(L: int, fast: bool = False, greedy: bool = False) -> list[str]:
@@ -448,13 +513,7 @@ def export_graphs(model: Transformer, out_dir: Path) -> None:
         tuple(torch.from_numpy(enc_feed[k]) for k in ENCODER_INPUTS),
         out_dir / "encoder.onnx",
         (ENCODER_INPUTS, encoder_outputs(L)),
-        {
-            "input_ids": {0: B, 1: S},
-            "attention_mask": {0: B, 1: S},
-            "position_ids": {0: B, 1: S},
-            "encoder_attentions": {1: B, 3: S, 4: S},
-            **{f"cross_{kind}.{l}": {0: B, 2: S} for kind in ("keys", "values") for l in range(L)},
-        },
+        _encoder_axes(L),
     )
     _export(
         DecoderGraph(model),
@@ -558,6 +617,35 @@ def export_fast_decoder(
         got += [buffer[b, :, :n] for b, n in enumerate(lengths)]
         ragged += [want[1 + i][b, :, T + 1 - n :] for b, n in enumerate(lengths)]
     return _compare(["logits"] + [f"cache slots of row {b}" for b in range(len(got) - 1)], got, ragged, tolerance)
+
+
+def export_fast_encoder(model: Transformer, path: Path, tolerance: float = TOLERANCE) -> float:
+    """Export :class:`FastEncoderGraph` to ``path`` and check its cross keys and values against PyTorch's exact
+    encoder (:class:`EncoderGraph`) on a padded batch with two texts packed in a row, within ``tolerance``.
+    Returns the largest difference seen."""
+    import onnxruntime as ort
+
+    from service.runner import attention_library
+
+    model = model.eval()
+    L = model.config.n_decoder_layers
+    feed = example_inputs(model.config)["encoder"]
+    outputs = encoder_outputs(L, fast=True)
+    _export(
+        FastEncoderGraph(model),
+        tuple(torch.from_numpy(feed[k]) for k in ENCODER_INPUTS),
+        path,
+        (ENCODER_INPUTS, outputs),
+        {k: v for k, v in _encoder_axes(L).items() if k in ENCODER_INPUTS + outputs},
+        custom_opsets={KERNELS: 1},
+    )
+    feed = example_inputs(model.config, seed=1)["encoder"]
+    opts = ort.SessionOptions()
+    opts.register_custom_ops_library(attention_library())
+    got = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"]).run(outputs, feed)
+    with torch.no_grad():
+        _, *want = EncoderGraph(model)(*(torch.from_numpy(feed[k]) for k in ENCODER_INPUTS))
+    return _compare(outputs, got, want, tolerance)
 
 
 def _compare(names: list[str], got: Sequence[np.ndarray], want: Sequence[Tensor], tolerance: float) -> float:
@@ -747,30 +835,39 @@ def export_bundle(
 
 def add_int8(bundle_dir: Path) -> None:
     """Add the ``int8`` variant for /translate: ONNX Runtime dynamic quantization (int8 weights of every MatMul)
-    of the encoder and of the fast decoder (caches written in place, no attention outputs), rebuilt from the
-    bundle's own weights and checked against PyTorch before it is quantized.
+    of the fast encoder and of the fast decoder (fused attention, no attention outputs; the decoder's caches
+    written in place), rebuilt from the bundle's own weights and checked against PyTorch before they are quantized.
 
     The graphs are first optimized offline (transposes of weights folded into initializers) so that the
-    quantizer sees constant MatMul weights; the fast decoder goes through both with ONNX Runtime's attention
-    kernels (they cannot load attnserve's) and gets attnserve's back at the end. The float32 graphs stay:
-    /attention serves exact weights from them, and they carry the weights for ``export-marian``.
+    quantizer sees constant MatMul weights: the encoder with attnserve's kernels registered, the fast decoder
+    through ONNX Runtime's attention kernels (quant_pre_process cannot load attnserve's) and back to attnserve's at
+    the end. The float32 graphs stay: /attention serves exact weights from them, and they carry the weights for
+    ``export-marian``.
     """
+    import onnxruntime as ort
     from onnxruntime.quantization import QuantType, quant_pre_process, quantize_dynamic
+
+    from service.runner import attention_library
 
     manifest = json.loads((bundle_dir / "manifest.json").read_text())
     model = load_model(bundle_dir)
-    variant = {}
     with tempfile.TemporaryDirectory() as tmp:
-        fast = Path(tmp) / "decoder.fast.onnx"
-        worst = export_fast_decoder(model, fast, kernels="onnxruntime")  # what the quantizer can load
+        encoder, decoder = Path(tmp) / "encoder.fast.onnx", Path(tmp) / "decoder.fast.onnx"
+        log.info("fast encoder matches PyTorch within %.2g", export_fast_encoder(model, encoder))
+        worst = export_fast_decoder(model, decoder, kernels="onnxruntime")  # what the quantizer can load
         log.info("fast decoder matches PyTorch within %.2g", worst)
-        for role, source in (("encoder", bundle_dir / manifest["graphs"]["encoder"]), ("decoder", fast)):
-            prepared = Path(tmp) / f"{role}.prepared.onnx"
-            quant_pre_process(source, prepared, skip_symbolic_shape=True)
-            quantize_dynamic(prepared, bundle_dir / f"{role}.int8.onnx", weight_type=QuantType.QInt8)
-            variant[role] = f"{role}.int8.onnx"
-        attention_kernels(bundle_dir / variant["decoder"], model.config.h, "attnserve")
-    manifest["graphs"]["int8"] = variant
+        prepared = {role: Path(tmp) / f"{role}.prepared.onnx" for role in ("encoder", "decoder")}
+        opts = ort.SessionOptions()
+        opts.register_custom_ops_library(attention_library())
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        opts.optimized_model_filepath = str(prepared["encoder"])
+        ort.InferenceSession(str(encoder), opts, providers=["CPUExecutionProvider"])  # writes the optimized graph
+        quant_pre_process(decoder, prepared["decoder"], skip_symbolic_shape=True)
+        for role, graph in prepared.items():
+            quantize_dynamic(graph, bundle_dir / f"{role}.int8.onnx", weight_type=QuantType.QInt8)
+        attention_kernels(bundle_dir / "decoder.int8.onnx", model.config.h, "attnserve")
+        attention_kernels(bundle_dir / "encoder.int8.onnx", model.config.h, "attnserve")  # imports what it uses
+    manifest["graphs"]["int8"] = {role: f"{role}.int8.onnx" for role in ("encoder", "decoder")}
     write_manifest(bundle_dir, manifest)
 
 

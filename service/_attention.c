@@ -8,6 +8,11 @@
        slot lengths[b]; row b attends to slots 0 .. lengths[b]. Bound as both input and output, the caches are
        written in place (a row's other slots are neither read nor written); otherwise the outputs start as copies.
 
+   attnserve.SegmentAttention (the fast encoder's self-attention): q, k, v (B, S, h d_k) float (the projections,
+       heads side by side), segments (B, S) int32 (0: padding, n > 0: the row's n-th text), h () int64 -> (B, S, h d_k):
+       a query attends to the keys of its own text, a padding query to every real key (model/transformer.py's
+       segment_mask); a row with no real key gets zeros.
+
    attnserve.GreedyTokens (greedy search's next tokens, the float32 fast decoder's): acc (T, V) int32 = h's rows
        quantized (DynamicQuantizeLinear: uint8, scale, zero point) times the projection's rows quantized to int8
        (MatMulInteger), scale () float (h's), h (T, d) float, W (V, d) float (the projection) and its bias (V,; (0,)
@@ -31,6 +36,7 @@
 #include <Python.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "_vector.h"
@@ -143,6 +149,44 @@ static void self_row(void *arg, size_t row) {
         memcpy(K + at * s->d, s->k + i, (size_t)s->d * sizeof(float));
         memcpy(V + at * s->d, s->v + i, (size_t)s->d * sizeof(float));
         attend(s->q + i, K, V, NULL, at + 1, s->d, s->scale, scores, s->out + i);
+    }
+}
+
+typedef struct {
+    const float *q, *k, *v;
+    const int32_t *segments;
+    float *heads, *out; /* heads: B (h, S, d_k) keys then as many values, each row's heads apart */
+    int64_t S, h, d;
+    float scale;
+} Segment;
+
+static void segment_row(void *arg, size_t row) {
+    const Segment *s = arg;
+    int64_t b = (int64_t)row, S = s->S, h = s->h, d = s->d, D = h * d;
+    const int32_t *segments = s->segments + b * S;
+    float *K = s->heads + b * 2 * S * D, *V = K + S * D;
+    for (int64_t t = 0; t < S; t++)
+        for (int64_t head = 0; head < h; head++) {
+            memcpy(K + (head * S + t) * d, s->k + (b * S + t) * D + head * d, (size_t)d * sizeof(float));
+            memcpy(V + (head * S + t) * d, s->v + (b * S + t) * D + head * d, (size_t)d * sizeof(float));
+        }
+    int32_t keep[S > 0 ? S : 1];
+    float scores[S > 0 ? S : 1];
+    for (int64_t t = 0; t < S; t++) {
+        int32_t own = segments[t];
+        int64_t first = S, last = -1; /* the keys it attends to lie in first .. last */
+        for (int64_t u = 0; u < S; u++) {
+            keep[u] = segments[u] != 0 && (own == 0 || segments[u] == own);
+            if (keep[u]) first = first < u ? first : u, last = u;
+        }
+        for (int64_t head = 0; head < h; head++) {
+            int64_t at = (b * S + t) * D + head * d;
+            if (last < 0)
+                memset(s->out + at, 0, (size_t)d * sizeof(float));
+            else
+                attend(s->q + at, K + (head * S + first) * d, V + (head * S + first) * d, keep + first,
+                       last - first + 1, d, s->scale, scores, s->out + at);
+        }
     }
 }
 
@@ -319,6 +363,27 @@ static OrtStatusPtr self_compute(void *kernel, OrtKernelContext *ctx) {
     return ort->KernelContext_ParallelFor(ctx, self_row, (size_t)s.B, 0, &s);
 }
 
+static OrtStatusPtr segment_compute(void *kernel, OrtKernelContext *ctx) {
+    (void)kernel;
+    Input in[5]; /* q, k, v, segments, h */
+    TRY(inputs_of(ctx, in, 5));
+    const int64_t *q = in[0].shape, *segments = in[3].shape;
+    int64_t h = one_element(&in[4]) ? *(const int64_t *)in[4].data : 0;
+    if (in[0].rank != 3 || !same_shape(&in[0], &in[1]) || !same_shape(&in[0], &in[2]) || in[3].rank != 2 ||
+        segments[0] != q[0] || segments[1] != q[1] || h < 1 || q[2] % h)
+        return invalid("attnserve.SegmentAttention: expected q, k, v (B, S, h d_k), segments (B, S), h () dividing "
+                       "h d_k");
+    Segment s = {in[0].data, in[1].data, in[2].data, in[3].data, NULL, NULL, q[1], h, q[2] / h,
+                 1 / sqrtf((float)(q[2] / h))};
+    TRY(output(ctx, 0, q, 3, &s.out));
+    size_t bytes = (size_t)(2 * q[0] * q[1] * q[2]) * sizeof(float);
+    if (!bytes) return NULL;
+    if (!(s.heads = malloc(bytes))) return ort->CreateStatus(ORT_FAIL, "attnserve.SegmentAttention: out of memory");
+    OrtStatusPtr status = ort->KernelContext_ParallelFor(ctx, segment_row, (size_t)q[0], 0, &s);
+    free(s.heads);
+    return status;
+}
+
 static OrtStatusPtr greedy_compute(void *kernel, OrtKernelContext *ctx) {
     (void)kernel;
     Input in[8]; /* acc, scale, h, W, bias, w_scale, w_l1, pad */
@@ -361,6 +426,7 @@ typedef struct {
 static const ONNXTensorElementDataType CROSS_TYPES[] = {FLOAT, FLOAT, FLOAT, INT32}, CROSS_OUT[] = {FLOAT};
 static const ONNXTensorElementDataType SELF_TYPES[] = {FLOAT, FLOAT, FLOAT, FLOAT, FLOAT, INT32, INT32},
                                        SELF_OUT[] = {FLOAT, FLOAT, FLOAT};
+static const ONNXTensorElementDataType SEGMENT_TYPES[] = {FLOAT, FLOAT, FLOAT, INT32, INT64}, SEGMENT_OUT[] = {FLOAT};
 static const ONNXTensorElementDataType GREEDY_TYPES[] = {INT32, FLOAT, FLOAT, FLOAT, FLOAT, FLOAT, FLOAT, INT64},
                                        GREEDY_OUT[] = {INT64};
 
@@ -416,7 +482,7 @@ static Op define(const char *op_name, size_t n_in, size_t n_out, const ONNXTenso
     return op;
 }
 
-static Op ops[3];
+static Op ops[4];
 
 /* Called by ONNX Runtime when SessionOptions.register_custom_ops_library loads this file (once for each options:
    the domain lives as long as the process, as sessions made with them may). */
@@ -426,10 +492,11 @@ ORT_EXPORT OrtStatus *ORT_API_CALL RegisterCustomOps(OrtSessionOptions *options,
         ops[0] = define("Attention", 4, 1, CROSS_TYPES, CROSS_OUT, cross_compute);
         ops[1] = define("CachedAttention", 7, 3, SELF_TYPES, SELF_OUT, self_compute);
         ops[2] = define("GreedyTokens", 8, 1, GREEDY_TYPES, GREEDY_OUT, greedy_compute);
+        ops[3] = define("SegmentAttention", 5, 1, SEGMENT_TYPES, SEGMENT_OUT, segment_compute);
     }
     OrtCustomOpDomain *domain;
     TRY(ort->CreateCustomOpDomain("attnserve", &domain));
-    for (int i = 0; i < 3; i++) TRY(ort->CustomOpDomain_Add(domain, &ops[i].op));
+    for (int i = 0; i < 4; i++) TRY(ort->CustomOpDomain_Add(domain, &ops[i].op));
     return ort->AddCustomOpDomain(options, domain);
 }
 

@@ -348,9 +348,11 @@ def encode(runner: Runner, requests: list[tuple[Hashable, DecodeRequest]]) -> tu
     t0 = time.perf_counter()
     enc = runner.encode(ids, segments, positions)
     seconds = time.perf_counter() - t0
+    weights = enc.attentions
+    assert weights is not None or not any(r.attention for _, r in requests), "this encoder gives no attentions"
     attentions = [
-        enc.attentions[:, row[i], :, start[i] : start[i] + lengths[i], start[i] : start[i] + lengths[i]].copy()
-        if r.attention else None
+        weights[:, row[i], :, start[i] : start[i] + lengths[i], start[i] : start[i] + lengths[i]].copy()
+        if r.attention and weights is not None else None
         for i, (_, r) in enumerate(requests)
     ]  # fmt: skip
     keys, texts = [k for k, _ in requests], [r for _, r in requests]

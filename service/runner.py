@@ -93,7 +93,7 @@ def choose_provider(requested: Provider) -> str:
 
 @dataclass(frozen=True)
 class EncoderOutput:
-    attentions: np.ndarray  # (L_enc, B, h, S, S)
+    attentions: np.ndarray | None  # (L_enc, B, h, S, S); None from a graph without attention outputs
     cross_keys: list[Cache]  # per decoder layer (B, h, S, d_k)
     cross_values: list[Cache]
 
@@ -284,7 +284,9 @@ class Runner:
         L = self.spec.n_decoder_layers
         self._encoder_outputs = [o.name for o in self.encoder.get_outputs()]
         self._decoder_outputs = [o.name for o in self.decoder.get_outputs()]
-        self.attention = "self_attentions" in self._decoder_outputs  # the int8 variant's fast decoder has none
+        # The int8 variant's fast encoder and decoder give no attention weights: its requests that want them go to
+        # the exact graphs (service/engine.py).
+        self.attention = "encoder_attentions" in self._encoder_outputs and "self_attentions" in self._decoder_outputs
         # The fast decoder (no self-attention mask) keeps each row's tokens at the start of its cache buffers and
         # writes a step's slots into them in place (docs/ARCHITECTURE.md, "caches written in place").
         self.in_place = "self_attention_mask" not in {i.name for i in self.decoder.get_inputs()}
@@ -329,11 +331,13 @@ class Runner:
 
     def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray, position_ids: np.ndarray) -> EncoderOutput:
         """input_ids, attention_mask, position_ids (B, S) int64 -> encoder attentions and each decoder layer's cross
-        keys/values. attention_mask numbers the texts of a row (0: padding); a text's positions start at 0."""
+        keys/values (no attentions from the int8 variant's fast encoder). attention_mask numbers the texts of a row
+        (0: padding); a text's positions start at 0."""
         feed = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids}
-        attentions, *cross = self._run(self.encoder, self._encoder_outputs, feed)
+        outputs = self._run(self.encoder, self._encoder_outputs, feed)
+        attentions = outputs.pop(0) if self._encoder_outputs[0] == "encoder_attentions" else None
         L = self.spec.n_decoder_layers
-        return EncoderOutput(attentions, cross[:L], cross[L:])
+        return EncoderOutput(attentions, outputs[:L], outputs[L:])
 
     def step(
         self,

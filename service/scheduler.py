@@ -87,7 +87,7 @@ class Scheduler:
         max_batch_size: int = 32,
         max_batch_tokens: int = 8192,
         max_wait_ms: float = 5.0,
-        queue_size: int = 256,
+        queue_size: int = 1024,
         continuous: bool = True,
         encode_ahead: int = 16,
         on_step: Callable[[StepStats], None] | None = None,
@@ -243,8 +243,18 @@ class Scheduler:
         return taken, encode
 
     def _expire(self, now: float) -> None:
-        """Fail texts whose deadline passed; drop rows whose caller went away."""
-        for entry in [*self._queue, *self._ready, *self._active.values()]:
+        """Fail texts whose deadline passed; drop rows whose caller went away.
+
+        The queue is looked at from its oldest text up to the first one still waiting within its deadline: deadlines
+        come in the queue's order when every caller gives the same timeout (the service's ``request_timeout_s``).
+        Checking every queued text at every step made a long queue cost the decoding thread more the longer it grew
+        (int8 over HTTP at 1,000 requests/s with 1,024 texts queued: 8 % of that thread's time, holding the GIL)."""
+        queue = self._queue
+        while queue and (queue[0].gone or now > queue[0].deadline):
+            entry = queue.popleft()
+            if not entry.gone:
+                self._answer(entry, DeadlineExceeded(f"the deadline passed after {now - entry.enqueued:.1f} s"))
+        for entry in [*self._ready, *self._active.values()]:
             if not entry.gone and now > entry.deadline:
                 self._answer(entry, DeadlineExceeded(f"the deadline passed after {now - entry.enqueued:.1f} s"))
         for entry in [entry for entry in self._ready if entry.gone]:

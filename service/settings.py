@@ -69,8 +69,10 @@ class Settings(BaseSettings):
         description="While the batch is full, rows' worth of queued texts encoded ahead with those that join now "
         "(one encoder call for many texts costs less a text); 0 = encode texts only when they join.",
     )
+    # About a second of the fastest throughput (int8, one thread: ~1,000 texts/s), the p99 a service aims at: with
+    # 256, Poisson bursts at 950 requests/s got 503s while p99 was 290 ms (int8, bench/peers.py's load).
     queue_size: int = Field(
-        256, ge=1, description="Texts waiting for a slot, per decoding thread; beyond it requests get 503."
+        1024, ge=1, description="Texts waiting for a slot, per decoding thread; beyond it requests get 503."
     )
     request_timeout_s: float = Field(30.0, gt=0, description="Deadline per request; a missed one gets 504.")
     warmup: bool = Field(True, description="Translate once at start-up before /readyz says ready.")

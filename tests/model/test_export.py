@@ -15,6 +15,7 @@ from model.export import (
     KERNELS,
     GreedyTokens,
     Kernels,
+    SegmentAttention,
     _export,
     add_float16,
     add_int8,
@@ -22,6 +23,7 @@ from model.export import (
     check_graphs,
     export_bundle,
     export_fast_decoder,
+    export_fast_encoder,
     fast_example,
     load_state_dict,
     screen_weights,
@@ -117,10 +119,57 @@ def test_int8_variant(spm: Path, tmp_path: Path) -> None:
     src = bundle.tokenizer.encode_source("Open file")
     exact = decode(Runner(bundle, "cpu"), [DecodeRequest(src=src, max_length=6)])[0]
     int8 = Runner(bundle, "cpu", variant="int8")
-    assert not int8.attention  # the fused decoder has no attention outputs
+    assert not int8.attention  # the fused encoder and decoder have no attention outputs
+    assert int8.encode(*(np.array([x]) for x in (src, [1] * len(src), range(len(src))))).attentions is None
     approx = decode(int8, [DecodeRequest(src=src, max_length=6)])[0]
     assert len(approx.hypotheses[0].tokens) == len(exact.hypotheses[0].tokens)
     assert abs(approx.hypotheses[0].score - exact.hypotheses[0].score) < 0.5 * abs(exact.hypotheses[0].score)
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_fast_encoder_fuses_attention_and_matches_pytorch(name: str, tmp_path: Path) -> None:
+    """encoder.fast.onnx (what the int8 variant quantizes): the exact encoder's cross keys and values, on a batch with
+    padding and two texts packed in a row, from one attnserve.SegmentAttention a layer and no attention output."""
+    model = tiny_model(365, seed=1, **CONFIGS[name])
+    path = tmp_path / "encoder.fast.onnx"
+    assert export_fast_encoder(model, path) <= 1e-4
+    graph = onnx.load(str(path)).graph
+    ops = [(n.domain, n.op_type) for n in graph.node]
+    assert ops.count(("attnserve", "SegmentAttention")) == model.config.n_encoder_layers
+    assert "Softmax" not in [op for _, op in ops]
+    assert [o.name for o in graph.output] == [
+        f"{kind}.{l}" for kind in ("cross_keys", "cross_values") for l in range(model.config.n_decoder_layers)
+    ]
+
+
+class Attend(torch.nn.Module):
+    def __init__(self, h: int) -> None:
+        super().__init__()
+        self.h = h
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, segments: torch.Tensor) -> torch.Tensor:
+        return SegmentAttention.apply(q, k, v, segments, self.h)
+
+
+def test_segment_attention_is_pytorchs_under_any_segments(tmp_path: Path) -> None:
+    """attnserve.SegmentAttention against PyTorch's attention under model.transformer.segment_mask: texts that
+    interleave (a query's keys need not be side by side), padding between and after them (a padding query attends
+    to every real key), one text a row; a row of padding only gets zeros (PyTorch's: the mean of its values, never
+    read)."""
+    h, d_k = 4, 8
+    segments = np.array([[1, 2, 1, 0, 2, 2, 0], [1, 1, 1, 1, 1, 1, 1], [3, 3, 0, 0, 5, 0, 0], [0] * 7], np.int32)
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((4, 7, h * d_k)).astype(np.float32) * 2 for _ in range(3))
+    path = tmp_path / "attend.onnx"
+    axes = {name: {0: "batch", 1: "length"} for name in ("q", "k", "v", "segments", "out")}
+    args = tuple(torch.from_numpy(x) for x in (q, k, v, segments))
+    _export(Attend(h), args, path, (["q", "k", "v", "segments"], ["out"]), axes, custom_opsets={KERNELS: 1})
+    got = fast_session(path).run(["out"], {"q": q, "k": k, "v": v, "segments": segments})[0]
+    with torch.no_grad():
+        want = Attend(h)(*args).numpy()
+    np.testing.assert_allclose(got[:3], want[:3], rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(got[3], 0)
+    assert not np.allclose(got[0, 0], got[0, 2]) and not np.allclose(got[0, 0], got[0, 1])  # not one average
 
 
 KERNEL_OPS = {

@@ -1,4 +1,4 @@
-/* The fast decoder's attention as ONNX Runtime custom ops (domain "attnserve"), for the CPU. Runner registers this
+/* The fast graphs' attention as ONNX Runtime custom ops (domain "attnserve"), for the CPU. Runner registers this
    library with SessionOptions.register_custom_ops_library; model/export.py writes the nodes.
 
    attnserve.Attention (cross-attention): q (J, G, h d_k) float, K and V (J, h, S, d_k) float, mask (J, S) int32

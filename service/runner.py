@@ -64,7 +64,7 @@ def tune_memory() -> bool:
 
 def attention_library() -> str:
     """The file of attnserve's attention kernels, ONNX Runtime custom ops (service/_attention.c) that the fast
-    decoder's graphs use: ``SessionOptions.register_custom_ops_library`` takes it."""
+    graphs use: ``SessionOptions.register_custom_ops_library`` takes it."""
     from service import _attention
 
     return str(_attention.__file__)

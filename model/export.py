@@ -386,8 +386,8 @@ ENCODER_INPUTS = ["input_ids", "attention_mask", "position_ids"]
 
 
 def encoder_outputs(L: int, fast: bool = False) -> list[str]:
-    """encoder.onnx's (``fast``: encoder.fast.onnx's, without attentions) output names for L decoder layers, in the
-    graph module's order."""
+    """encoder.onnx's (``fast``: :class:`FastEncoderGraph`'s, without attentions) output names for L decoder layers,
+    in the graph module's order."""
     cross = [f"{kind}.{l}" for kind in ("cross_keys", "cross_values") for l in range(L)]
     return cross if fast else ["encoder_attentions", *cross]
 

@@ -172,17 +172,21 @@ class FastEncoderGraph(nn.Module):
         segments = attention_mask.to(torch.int32)  # (B, S)
         x = m.src_embed(input_ids, position_ids)  # (B, S, d_model)
         for layer in m.encoder_layers:
-            attn = layer.self_attn
-
-            def self_attention(y: Tensor, attn: Any = attn) -> tuple[Tensor, None]:
-                out = SegmentAttention.apply(attn.W_Q(y), attn.W_K(y), attn.W_V(y), segments, attn.h)
-                return attn.W_O(out), None
-
-            sublayer: Any = layer.sublayer
-            x, _ = sublayer[0](x, self_attention)
-            x, _ = sublayer[1](x, lambda y, layer=layer: (layer.feed_forward(y), None))
+            x = self.layer(layer, x, segments)
         memory_kv = m.memory_kv(m.encoder_norm(x))
         return (*(k for k, _ in memory_kv), *(v for _, v in memory_kv))  # L_dec × (B, h, S, d_k) each
+
+    @staticmethod
+    def layer(layer: Any, x: Tensor, segments: Tensor) -> Tensor:
+        """:class:`~model.transformer.EncoderLayer`'s two sub-layers with :class:`SegmentAttention`."""
+        attn = layer.self_attn
+
+        def self_attention(y: Tensor) -> tuple[Tensor, None]:
+            return attn.W_O(SegmentAttention.apply(attn.W_Q(y), attn.W_K(y), attn.W_V(y), segments, attn.h)), None
+
+        x, _ = layer.sublayer[0](x, self_attention)
+        x, _ = layer.sublayer[1](x, lambda y: (layer.feed_forward(y), None))
+        return x
 
 
 KERNELS = "attnserve"  # the domain of attnserve's own ONNX Runtime kernels (service/_attention.c)
@@ -548,6 +552,22 @@ def fast_example(
     return fast, exact
 
 
+def kernel_session(path: Path, optimized: Path | None = None) -> Any:
+    """An ONNX Runtime session (CPU) of the graph at ``path`` with attnserve's kernels registered, as the runner makes
+    them; ``optimized``: where to write the graph after ONNX Runtime's basic optimizations (weight transposes folded
+    into initializers), what the quantizer needs."""
+    import onnxruntime as ort
+
+    from service.runner import attention_library
+
+    opts = ort.SessionOptions()
+    opts.register_custom_ops_library(attention_library())
+    if optimized is not None:
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        opts.optimized_model_filepath = str(optimized)
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
 def export_fast_decoder(
     model: Transformer, path: Path, tolerance: float = TOLERANCE, kernels: Kernels = "attnserve"
 ) -> float:
@@ -559,8 +579,6 @@ def export_fast_decoder(
     With attnserve's kernels it is the greedy form (``greedy``: logits or tokens by row); ONNX Runtime's form (what
     the int8 variant's quantizer loads, which cannot hold attnserve's kernels) gives every row's logits."""
     import onnxruntime as ort
-
-    from service.runner import attention_library
 
     model = model.eval()
     L = model.config.n_decoder_layers
@@ -585,9 +603,7 @@ def export_fast_decoder(
     )
     attention_kernels(path, model.config.h, kernels)
     feed, exact = fast_example(model, seed=1, greedy=greedy)
-    opts = ort.SessionOptions()
-    opts.register_custom_ops_library(attention_library())
-    session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    session = kernel_session(path)
     binding = session.io_binding()
     presents = [name for name in outputs if name.startswith("present_")]
     for name in outputs[: -len(presents)]:
@@ -623,10 +639,6 @@ def export_fast_encoder(model: Transformer, path: Path, tolerance: float = TOLER
     """Export :class:`FastEncoderGraph` to ``path`` and check its cross keys and values against PyTorch's exact
     encoder (:class:`EncoderGraph`) on a padded batch with two texts packed in a row, within ``tolerance``.
     Returns the largest difference seen."""
-    import onnxruntime as ort
-
-    from service.runner import attention_library
-
     model = model.eval()
     L = model.config.n_decoder_layers
     feed = example_inputs(model.config)["encoder"]
@@ -640,9 +652,7 @@ def export_fast_encoder(model: Transformer, path: Path, tolerance: float = TOLER
         custom_opsets={KERNELS: 1},
     )
     feed = example_inputs(model.config, seed=1)["encoder"]
-    opts = ort.SessionOptions()
-    opts.register_custom_ops_library(attention_library())
-    got = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"]).run(outputs, feed)
+    got = kernel_session(path).run(outputs, feed)
     with torch.no_grad():
         _, *want = EncoderGraph(model)(*(torch.from_numpy(feed[k]) for k in ENCODER_INPUTS))
     return _compare(outputs, got, want, tolerance)
@@ -844,10 +854,7 @@ def add_int8(bundle_dir: Path) -> None:
     the end. The float32 graphs stay: /attention serves exact weights from them, and they carry the weights for
     ``export-marian``.
     """
-    import onnxruntime as ort
     from onnxruntime.quantization import QuantType, quant_pre_process, quantize_dynamic
-
-    from service.runner import attention_library
 
     manifest = json.loads((bundle_dir / "manifest.json").read_text())
     model = load_model(bundle_dir)
@@ -857,11 +864,7 @@ def add_int8(bundle_dir: Path) -> None:
         worst = export_fast_decoder(model, decoder, kernels="onnxruntime")  # what the quantizer can load
         log.info("fast decoder matches PyTorch within %.2g", worst)
         prepared = {role: Path(tmp) / f"{role}.prepared.onnx" for role in ("encoder", "decoder")}
-        opts = ort.SessionOptions()
-        opts.register_custom_ops_library(attention_library())
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-        opts.optimized_model_filepath = str(prepared["encoder"])
-        ort.InferenceSession(str(encoder), opts, providers=["CPUExecutionProvider"])  # writes the optimized graph
+        kernel_session(encoder, optimized=prepared["encoder"])
         quant_pre_process(decoder, prepared["decoder"], skip_symbolic_shape=True)
         for role, graph in prepared.items():
             quantize_dynamic(graph, bundle_dir / f"{role}.int8.onnx", weight_type=QuantType.QInt8)

@@ -174,11 +174,12 @@ static void segment_row(void *arg, size_t row) {
     float scores[S > 0 ? S : 1];
     for (int64_t t = 0; t < S; t++) {
         int32_t own = segments[t];
-        int64_t first = S, last = -1; /* the keys it attends to lie in first .. last */
-        for (int64_t u = 0; u < S; u++) {
-            keep[u] = segments[u] != 0 && (own == 0 || segments[u] == own);
-            if (keep[u]) first = first < u ? first : u, last = u;
-        }
+        int64_t first = -1, last = -1; /* the keys it attends to lie in first .. last */
+        for (int64_t u = 0; u < S; u++)
+            if ((keep[u] = segments[u] != 0 && (own == 0 || segments[u] == own))) {
+                if (first < 0) first = u;
+                last = u;
+            }
         for (int64_t head = 0; head < h; head++) {
             int64_t at = (b * S + t) * D + head * d;
             if (last < 0)
@@ -496,7 +497,7 @@ ORT_EXPORT OrtStatus *ORT_API_CALL RegisterCustomOps(OrtSessionOptions *options,
     }
     OrtCustomOpDomain *domain;
     TRY(ort->CreateCustomOpDomain("attnserve", &domain));
-    for (int i = 0; i < 4; i++) TRY(ort->CustomOpDomain_Add(domain, &ops[i].op));
+    for (size_t i = 0; i < sizeof ops / sizeof *ops; i++) TRY(ort->CustomOpDomain_Add(domain, &ops[i].op));
     return ort->AddCustomOpDomain(options, domain);
 }
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnx
@@ -25,13 +24,14 @@ from model.export import (
     export_fast_decoder,
     export_fast_encoder,
     fast_example,
+    kernel_session,
     load_state_dict,
     screen_weights,
 )
 from model.transformer import Transformer, greedy_decode
 from service.bundle import load_bundle
 from service.decoding import DecodeRequest, decode
-from service.runner import Runner, attention_library
+from service.runner import Runner
 from tests.bundles import tiny_model, tiny_spm
 
 CONFIGS = {
@@ -164,7 +164,7 @@ def test_segment_attention_is_pytorchs_under_any_segments(tmp_path: Path) -> Non
     axes = {name: {0: "batch", 1: "length"} for name in ("q", "k", "v", "segments", "out")}
     args = tuple(torch.from_numpy(x) for x in (q, k, v, segments))
     _export(Attend(h), args, path, (["q", "k", "v", "segments"], ["out"]), axes, custom_opsets={KERNELS: 1})
-    got = fast_session(path).run(["out"], {"q": q, "k": k, "v": v, "segments": segments})[0]
+    got = kernel_session(path).run(["out"], {"q": q, "k": k, "v": v, "segments": segments})[0]
     with torch.no_grad():
         want = Attend(h)(*args).numpy()
     np.testing.assert_allclose(got[:3], want[:3], rtol=1e-5, atol=1e-5)
@@ -176,15 +176,6 @@ KERNEL_OPS = {
     "attnserve": (("attnserve", "CachedAttention"), ("attnserve", "Attention")),
     "onnxruntime": (("com.microsoft", "GroupQueryAttention"), ("com.microsoft", "MultiHeadAttention")),
 }
-
-
-def fast_session(path: Path) -> Any:
-    """An ONNX Runtime session of a fast decoder, attnserve's kernels registered (as the runner does)."""
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.register_custom_ops_library(attention_library())
-    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
 
 
 @pytest.mark.parametrize("kernels", ["attnserve", "onnxruntime"])
@@ -237,7 +228,7 @@ def test_attnserve_kernels_equal_onnxruntimes(tmp_path: Path) -> None:
     assert len(set(lengths.tolist())) > 1 and len(set(feed["encoder_attention_mask"].sum(1).tolist())) > 1
     steps = []
     for path in (ours, theirs):
-        session, buffers = fast_session(path), {k: v.copy() for k, v in feed.items()}
+        session, buffers = kernel_session(path), {k: v.copy() for k, v in feed.items()}
         binding = session.io_binding()
         for name, value in buffers.items():
             binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(value))
@@ -253,7 +244,7 @@ def test_attnserve_kernels_equal_onnxruntimes(tmp_path: Path) -> None:
             np.testing.assert_allclose(mine[name][b, :, : n + 1], reference[name][b, :, : n + 1], rtol=1e-5, atol=1e-5)
     full = {**feed, "position_ids": np.full_like(feed["position_ids"], feed["past_keys.0"].shape[2])}
     with pytest.raises(Exception, match="no slot for its new key"):
-        fast_session(ours).run(["logits"], full)
+        kernel_session(ours).run(["logits"], full)
 
 
 class Projection(torch.nn.Module):
@@ -291,7 +282,7 @@ def test_greedy_tokens_are_the_float32_argmax(tmp_path: Path, biased: bool) -> N
     _export(Projection(torch.from_numpy(W), torch.from_numpy(bias), pad), (torch.from_numpy(h),), path,
             (["h"], ["tokens"]), axes, custom_opsets={KERNELS: 1})  # fmt: skip
     assert [n.op_type for n in onnx.load(str(path)).graph.node][-1] == "GreedyTokens"
-    session = fast_session(path)
+    session = kernel_session(path)
     got = session.run(["tokens"], {"h": h})[0]
     logits = h.astype(np.float64) @ W.T.astype(np.float64) + (bias if biased else 0)
     logits[:, pad] = -np.inf
@@ -310,7 +301,7 @@ def test_fast_decoder_reads_no_slot_past_a_rows_length(
 
     _, path, feed = fast_decoder
     lengths = feed["position_ids"][:, 0]
-    session = fast_session(path)
+    session = kernel_session(path)
     steps = []
     for stale in (0.0, np.nan, np.inf):
         filled = {k: v.copy() for k, v in feed.items()}
@@ -336,7 +327,7 @@ def test_fast_decoder_groups_rows_that_share_a_source(
     rows["input_ids"] = np.arange(2, 2 + 3 * G)[:, None]  # different tokens in one source's rows
     rows.update({k: np.arange(3 * G) for k in ("logit_rows", "token_rows") if k in feed})  # every row's
     sources = {k: feed[k] for k in (*cross, "encoder_attention_mask")}
-    session = fast_session(path)
+    session = kernel_session(path)
     repeated = session.run(None, {**rows, **{k: np.repeat(v, G, axis=0) for k, v in sources.items()}})
     grouped = session.run(None, {**rows, **sources})
     for want, got in zip(repeated, grouped, strict=True):

@@ -134,14 +134,28 @@ def check_api_key(state: State, request: Request, body_key: str | None) -> None:
         raise InputError(f"{what}: send a valid key as 'api_key' or 'Authorization: Bearer <key>'", 403)
 
 
-def options(state: State, beam_size: int | None, max_length: int | None, n_best: int = 1, **kw: Any) -> Options:
+def options(state: State, beam_size: int | None, max_length: int | None, alternatives: int = 0, **kw: Any) -> Options:
+    """A request's decoding options; with ``alternatives`` the beam widens to at least alternatives + 1 and every
+    hypothesis it finishes comes back (:func:`distinct` picks the alternatives among them)."""
     s = state.settings
-    beam = max(beam_size or 1, n_best)
+    beam = max(beam_size or 1, alternatives + 1)
     if beam > s.max_beam_size:
         raise InputError(f"beam_size={beam} is over the limit max_beam_size={s.max_beam_size}", 422)
     if max_length is not None and max_length > s.max_length:
         raise InputError(f"max_length={max_length} is over the limit max_length={s.max_length}", 422)
-    return Options(beam_size=beam, max_length=max_length, n_best=n_best, **kw)
+    return Options(beam_size=beam, max_length=max_length, n_best=beam if alternatives else 1, **kw)
+
+
+def distinct(texts: list[str], n: int) -> list[str]:
+    """Up to n of ``texts[1:]`` (hypotheses' texts, best first) that differ from ``texts[0]`` and from each other:
+    hypotheses whose pieces differ can read the same, and an alternative that repeats a text tells nothing."""
+    seen = {texts[0]}
+    out: list[str] = []
+    for text in texts[1:]:
+        if text not in seen and len(out) < n:
+            seen.add(text)
+            out.append(text)
+    return out
 
 
 def openapi_with_request_bodies(app: FastAPI) -> Callable[[], dict[str, Any]]:
@@ -219,15 +233,16 @@ async def translate(request: Request) -> JSONResponse:
         state,
         body.beam_size,
         body.max_length,
-        n_best=body.alternatives + 1,
+        alternatives=body.alternatives,
         length_penalty=body.length_penalty,
         attention=body.return_details,
     )
     decode_requests = [engine.request(t, opts) for t in texts]
     state.metrics.input_tokens.inc(sum(len(r.src) for r in decode_requests))
     results = await submit(request, engine, decode_requests)
-    best = [engine.text(r.hypotheses[0]) for r in results]
-    alternatives = [[engine.text(h) for h in r.hypotheses[1:]] for r in results]
+    decoded = [[engine.text(h) for h in r.hypotheses] for r in results]
+    best = [t[0] for t in decoded]
+    alternatives = [distinct(t, body.alternatives) for t in decoded]
     one = isinstance(body.q, str)
     out: dict[str, Any] = {"translatedText": best[0] if one else best}
     if body.alternatives:

@@ -26,7 +26,13 @@ class TranslateRequest(BaseModel):
     source: str = Field("auto", description="Source language code, or 'auto' (the pair serving the target).")
     target: str = Field(description="Target language code, as GET /languages lists it.")
     format: Literal["text", "html"] = Field("text", description="Only 'text' is supported.")
-    alternatives: int = Field(0, ge=0, le=7, description="Extra translations to return (beam search n-best).")
+    alternatives: int = Field(
+        0,
+        ge=0,
+        le=7,
+        description="Extra translations: the beam's next best that read differently from the best and from each "
+        "other (fewer when it finds fewer); the beam widens to at least alternatives + 1.",
+    )
     api_key: str | None = Field(None, description="API key, when the server requires one.")
     beam_size: int | None = Field(None, ge=1, description="1 = greedy (default); up to the server's max_beam_size.")
     max_length: int | None = Field(None, ge=1, description="Most tokens to generate per text.")

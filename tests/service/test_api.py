@@ -9,6 +9,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
+from service.api import distinct
 from service.bundle import load_bundle
 from service.cli import main
 from tests.service.conftest import Server
@@ -50,7 +51,9 @@ def test_alternatives_and_details(server: Server) -> None:
             "/translate",
             json={"q": TEXTS[0], "source": "en", "target": "ja", "alternatives": 2, "return_details": True},
         ).json()
-    assert len(r["alternatives"]) == 2
+    alternatives = r["alternatives"]
+    assert 0 < len(alternatives) <= 2 and len(set(alternatives)) == len(alternatives)
+    assert r["translatedText"] not in alternatives
     d = r["details"]
     assert d["source_tokens"][-1] == "</s>"
     assert len(d["tokens"]) == len(d["token_scores"]) == len(d["alignment"])
@@ -59,6 +62,12 @@ def test_alternatives_and_details(server: Server) -> None:
         greedy = c.post("/translate", json={"q": TEXTS[0], "source": "en", "target": "ja", "return_details": True})
     g = greedy.json()["details"]
     assert all(-1e9 < x <= 0 for x in g["token_scores"]) and g["score"] == pytest.approx(sum(g["token_scores"]))
+
+
+def test_alternatives_skip_texts_already_given() -> None:
+    assert distinct(["a", "a", "b", "a", "b", "c", "d"], 2) == ["b", "c"]
+    assert distinct(["a", "a", "a"], 2) == []
+    assert distinct(["a"], 1) == []
 
 
 def test_languages_in_libretranslate_shape(server: Server) -> None:

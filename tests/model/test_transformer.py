@@ -68,9 +68,11 @@ def test_texts_packed_in_one_row_are_encoded_as_if_alone(model_and_batch: tuple)
     memory, weights = model.encode(packed, segment_mask(segments), positions)
     for text, span in ((a, slice(0, 6)), (b, slice(6, 9))):
         alone, alone_weights = model.encode(text[None], padding_mask(torch.ones_like(text)[None]))
-        torch.testing.assert_close(memory[:, span], alone, atol=1e-5, rtol=0)
+        # float32 sums in another order (another sequence length): states and weights up to 1.1e-5 apart on an
+        # AMD EPYC; a text that attended to the other one is 1.3 apart
+        torch.testing.assert_close(memory[:, span], alone, atol=1e-4, rtol=0)
         for w, w_alone in zip(weights, alone_weights, strict=True):
-            torch.testing.assert_close(w[:, :, span, span], w_alone, atol=1e-6, rtol=0)
+            torch.testing.assert_close(w[:, :, span, span], w_alone, atol=1e-4, rtol=0)
             others = torch.ones(packed.size(1), dtype=torch.bool)
             others[span] = False
             assert torch.all(w[:, :, span][..., others] == 0), "a text attended to another one or to padding"

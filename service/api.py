@@ -152,7 +152,9 @@ def distinct(texts: list[str], n: int) -> list[str]:
     seen = {texts[0]}
     out: list[str] = []
     for text in texts[1:]:
-        if text not in seen and len(out) < n:
+        if len(out) == n:
+            break
+        if text not in seen:
             seen.add(text)
             out.append(text)
     return out

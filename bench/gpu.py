@@ -287,7 +287,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:  # long: the run's steps in order, each a call
     args = parse_args(argv)
     require_cuda()
 

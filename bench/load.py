@@ -68,13 +68,12 @@ def poisson_plan(
 
 async def run_plan(url: str, plan: list[Arrival], timeout: float) -> tuple[list[Outcome], float]:
     """Send every arrival at its time, whatever the answers before it (open loop); returns outcomes and the
-    seconds from the start to the last answer. aiohttp, not httpx: on loopback it spends 0.2-0.3 ms of CPU a
-    request against httpx's 1.3-12 ms (measured here), CPU the server on the same machine would lose.
+    seconds from the start to the last answer. aiohttp, not httpx: it spends far less CPU a request on loopback,
+    CPU the server on the same machine would lose.
 
     The objects this process already holds (torch, transformers, the bundle) are frozen out of the garbage
-    collector's way for the run: its full collections paused the load generator, and the latencies counted the
-    pauses (mixed load, the short requests' p99: 178-211 ms with them, 89-93 ms frozen, 66-100 ms in a process
-    that never imported torch; measured here)."""
+    collector's way for the run: its full collections would pause the load generator, and the latencies would count
+    the pauses."""
     import aiohttp
 
     outcomes: list[Outcome] = []

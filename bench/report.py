@@ -132,11 +132,11 @@ def http_ratios(
     anchors: dict[tuple[str, int], tuple[float, float]] | None = None,
 ) -> str:
     """Best sustained sentences/s over HTTP against CTranslate2's offline greedy rate (same compute type and
-    threads; the goal is ≥ 0.8×; and against its fastest thread count when that is another: on 2 cores it has run
-    3× slower with 2 threads than with 1) and against the FastAPI + transformers service (the goal is ≥ 5×).
+    threads; and against its fastest thread count when that is another, since more threads need not be faster) and
+    against the FastAPI + transformers service.
 
-    ``anchors``: CTranslate2's rate run just before and just after a server's sweep, which the ratio then uses (this
-    machine's speed has moved by 40 % within an hour, longer than a whole run takes); else the offline table's."""
+    ``anchors``: CTranslate2's rate run just before and just after a server's sweep, which the ratio then uses (a
+    machine's speed can drift within a run); else the offline table's."""
     ct2 = {(r.job.compute, r.job.threads): n / r.median_seconds for r in offline
            if r.job.engine == "ctranslate2" and r.job.beam == 1}  # fmt: skip
     fastest = {compute: max((rate, threads) for (c, threads), rate in ct2.items() if c == compute)

@@ -21,8 +21,8 @@ DEFAULT_DEBS_DIR = "~/.cache/attnserve/debs"
 DEFAULT_CORPUS_DIR = "~/.cache/attnserve/corpus"
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m model.corpus build --pair en-ja [--download] [--no-spm]``."""
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line of :func:`main`."""
     parser = argparse.ArgumentParser(prog="python -m model.corpus", description=(corpus.__doc__ or "").split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     build_parser = commands.add_parser("build", help="build train/dev/test TSVs (and a SentencePiece model)")
@@ -41,7 +41,12 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         help="SentencePiece character coverage (default 0.9995 for a CJK target language, else 1.0)",
     )
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m model.corpus build --pair en-ja [--download] [--no-spm]``."""
+    args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     debs_dir = args.debs_dir.expanduser()

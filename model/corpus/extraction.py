@@ -41,7 +41,7 @@ class CatalogEntry:
 _CHARSET_RE = re.compile(r"charset=\s*([A-Za-z0-9_.:-]+)", re.IGNORECASE)
 
 
-def parse_mo(data: bytes) -> list[CatalogEntry]:
+def parse_mo(data: bytes) -> list[CatalogEntry]:  # long: one pass over the binary tables, header then entries
     """Parse a GNU ``.mo`` file.
 
     A small reader of the binary format rather than :class:`gettext.GNUTranslations`, because the latter keeps only

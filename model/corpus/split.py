@@ -8,7 +8,7 @@ import re
 from model.corpus.cleaning import WHITESPACE_RE
 
 SPLIT_BUCKETS = 1000
-TEST_BUCKETS = range(0, 12)  # 1.2 % of English sources each: ≥ 2,000 pairs for en-ja and en-de
+TEST_BUCKETS = range(0, 12)  # 12 of the 1,000 buckets each for test and dev: thousands of pairs for en-ja and en-de
 DEV_BUCKETS = range(12, 24)
 SPLITS = ("train", "dev", "test")
 _SPLIT_TRAILING_RE = re.compile(r"[\s.:…!?;,]+$")

@@ -114,7 +114,7 @@ class GreedyTokens(torch.autograd.Function):
     Exported: h quantized (``DynamicQuantizeLinear``) times W's rows in 7 bits (:func:`screen_weights`,
     ``MatMulInteger``), then ``attnserve.GreedyTokens``, which bounds that product's error, rules out every token
     whose logit cannot be the largest and computes float32 logits for the few left (service/_attention.c): the
-    float32 argmax for about a quarter of the projection's work.
+    float32 argmax for a fraction of the projection's work.
     """
 
     @staticmethod

@@ -333,7 +333,8 @@ DEFAULT_MODEL: dict[str, Any] = dict(
 
 
 def train(corpus: Path, run_dir: Path, *, name: str, t: TrainConfig, threads: int | None = None) -> Path:
-    """``attnserve train``: train (or resume) on a corpus directory built by model/corpus.py; returns best.pt."""
+    """``attnserve train``: train (or resume) on a corpus directory built by ``python -m model.corpus build``; returns
+    best.pt."""
     import sentencepiece as spm
 
     if threads:

@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
+PEERS = Path(__file__).resolve().with_name("peers.py")  # runs one engine, or the transformers service, alone
 DOCS = ROOT / "docs"
 CORPUS = Path.home() / ".cache" / "attnserve" / "corpus" / "en-ja" / "test.tsv"
 FALLBACK = ["Open file", "Save as…", "Delete the selected files?", "Settings", "Could not open %s: permission denied"]

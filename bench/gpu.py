@@ -90,7 +90,7 @@ class Check:
 
 def check_gpu_equals_cpu(bundle_dir: Path, sources: list[list[int]], max_length: int, batch: int = 32) -> Check:
     """Greedy float32 on the CPU and on CUDA, attention collected; compares tokens and weights per sentence."""
-    from peers import length_batches
+    from engines import length_batches
 
     from service.bundle import load_bundle
     from service.decoding import DecodeRequest, decode
@@ -139,7 +139,7 @@ def load_engines(
     prepared: Any, bundle_variants: list[str], wanted: Sequence[str]
 ) -> tuple[dict[tuple[str, str], Any], list[str]]:
     """Every engine and compute type that this machine can run on CUDA; notes for the ones it cannot."""
-    import peers
+    from engines import AttnserveEngine, CTranslate2Engine, TransformersEngine
 
     engines: dict[tuple[str, str], Any] = {}
     notes: list[str] = []
@@ -149,7 +149,7 @@ def load_engines(
                 notes.append(f"attnserve {variant}: the bundle has no {variant} variant (skipped)")
                 continue
             try:
-                engines[("attnserve", variant)] = peers.AttnserveEngine(
+                engines[("attnserve", variant)] = AttnserveEngine(
                     prepared.bundle, variant, 1, provider="cuda", io_binding=True
                 )
             except Exception as e:  # a variant the runner cannot drive yet is a result, not a crash
@@ -161,7 +161,7 @@ def load_engines(
             notes.append("CTranslate2: this build sees no CUDA device (skipped)")
         else:
             for compute in ("float32", "float16", "int8_float16"):
-                engines[("ctranslate2", compute)] = peers.CTranslate2Engine(
+                engines[("ctranslate2", compute)] = CTranslate2Engine(
                     prepared.ct2, prepared.vocab, compute, threads=1, device="cuda"
                 )
     if "transformers" in wanted:
@@ -171,7 +171,7 @@ def load_engines(
             notes.append("transformers: this torch build has no CUDA (skipped)")
         else:
             for dtype in ("float32", "float16"):
-                engines[("transformers", dtype)] = peers.TransformersEngine(prepared.hf, device="cuda", dtype=dtype)
+                engines[("transformers", dtype)] = TransformersEngine(prepared.hf, device="cuda", dtype=dtype)
     return engines, notes
 
 
@@ -191,12 +191,12 @@ def run_throughput(
     repeats: int,
 ) -> list[Row]:
     """Every (engine, compute, beam, batch) ``repeats`` times, interleaved; one warm-up batch per engine first."""
-    import peers
+    from engines import translate
     from tqdm import tqdm
 
     rows = [Row(LABELS[k], k, c, beam, b) for beam in beams for b in batches for (k, c) in engines]
     for engine in engines.values():
-        peers.translate(engine, sources[: max(batches)], 1, min(max_length, 16), batch_size=max(batches))
+        translate(engine, sources[: max(batches)], 1, min(max_length, 16), batch_size=max(batches))
     with tqdm(total=repeats * len(rows), desc="gpu", unit="run") as bar:
         for _ in range(repeats):
             for row in rows:
@@ -204,7 +204,7 @@ def run_throughput(
                 if row.error is None:
                     try:
                         t0 = time.perf_counter()
-                        out = peers.translate(engines[(row.key, row.compute)], sources, row.beam, max_length, row.batch)
+                        out = translate(engines[(row.key, row.compute)], sources, row.beam, max_length, row.batch)
                         row.seconds.append(time.perf_counter() - t0)
                         row.tokens = sum(len(t) for t in out)
                     except Exception as e:  # e.g. out of memory at batch 256 × beam 4: recorded, the rest goes on
@@ -287,19 +287,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:  # long: the run's steps in order, each a call
     args = parse_args(argv)
     require_cuda()
 
-    import peers
+    from engines import SERVICE_MAX_LENGTH, prepare
 
     from service.bundle import load_bundle
 
     bundle = load_bundle(args.bundle)
-    limit = min(peers.SERVICE_MAX_LENGTH, bundle.spec.max_positions)
+    limit = min(SERVICE_MAX_LENGTH, bundle.spec.max_positions)
     texts = [s for s, _ in pairs(args.texts, args.sentences) if s.strip()]
     sources = [ids for ids in (bundle.tokenizer.encode_source(t) for t in texts) if len(ids) <= limit]
-    max_length = min(args.max_length or peers.SERVICE_MAX_LENGTH, bundle.spec.max_positions)
+    max_length = min(args.max_length or SERVICE_MAX_LENGTH, bundle.spec.max_positions)
     out = Path(tempfile.mkdtemp(prefix="gpu-")) if args.no_write else args.out
     out.mkdir(parents=True, exist_ok=True)
     work = args.work or Path(tempfile.mkdtemp(prefix="gpu-work-"))
@@ -315,7 +315,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             check_text += " Differences: " + "; ".join(check.examples) + "."
         print(check_text, flush=True)
 
-        prepared = peers.prepare(args.bundle, work, variants=("float16",))
+        prepared = prepare(args.bundle, work, variants=("float16",))
         variants = load_bundle(prepared.bundle, verify=False).variants
         engines, notes = load_engines(prepared, variants, args.engines)
         rows = run_throughput(engines, sources, args.beams, args.batch_sizes, max_length, args.repeats)

@@ -14,7 +14,8 @@ from pathlib import Path
 import sentencepiece as spm
 import torch
 
-from model.train import DEFAULT_MODEL, TrainConfig, Trainer, encode_pairs, read_tsv
+from model.data import read_pairs
+from model.train import DEFAULT_MODEL, TrainConfig, Trainer, encode_pairs
 from model.transformer import TransformerConfig
 
 
@@ -28,7 +29,7 @@ def main() -> None:
     c = TransformerConfig(
         vocab_size=sp.get_piece_size(), pad_id=sp.pad_id(), decoder_start_id=sp.pad_id(), **DEFAULT_MODEL
     )
-    data = encode_pairs(sp, read_tsv(args.corpus / "dev.tsv") + read_tsv(args.corpus / "test.tsv"), c.eos_id, 128)
+    data = encode_pairs(sp, read_pairs(args.corpus / "dev.tsv") + read_pairs(args.corpus / "test.tsv"), c.eos_id, 128)
     base = TrainConfig(max_tokens=args.max_tokens)
     n_params = sum(p.numel() for p in Trainer(c, base, data, Path(tempfile.mkdtemp())).model.parameters())
     print(f"threads {torch.get_num_threads()}, {n_params:,} parameters")

@@ -13,7 +13,7 @@ COMMANDS = ("train", "average", "evaluate", "export", "import-marian", "export-m
 CACHE = Path.home() / ".cache" / "attnserve"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:  # long: one declaration per subcommand, read as a list
     parser = argparse.ArgumentParser(prog="attnserve", description="attnserve model tools (build time)")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str]) -> int:  # long: one branch per subcommand, each importing only what it runs
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

@@ -20,7 +20,7 @@ import sacrebleu
 from rapidfuzz import fuzz, process
 from tqdm import tqdm
 
-from model.train import read_tsv
+from model.data import read_pairs
 from service.bundle import load_bundle
 from service.decoding import DecodeRequest, decode
 from service.runner import Runner
@@ -92,7 +92,7 @@ def evaluate(
     baseline; print a table; with ``write``, record them in the manifest."""
     if write and split != "test":
         raise ValueError("only test-split scores go into the manifest")
-    test = read_tsv(corpus / f"{split}.tsv")[:limit]
+    test = read_pairs(corpus / f"{split}.tsv")[:limit]
     sources, refs = [s for s, _ in test], [t for _, t in test]
     bundle = load_bundle(bundle_dir)
     runner = Runner(bundle, "cpu", threads=0, fast=True)  # what /translate decodes on (the exact graphs' tokens)
@@ -104,7 +104,7 @@ def evaluate(
             hyps = translate(variant_runner, sources, beam)
             label = name if variant == "float32" else f"{name}, {variant}"
             results[label] = {**scores(hyps, refs), "seconds": round(time.perf_counter() - t0, 1)}
-    results["translation memory"] = scores(translation_memory(read_tsv(corpus / "train.tsv"), sources), refs)
+    results["translation memory"] = scores(translation_memory(read_pairs(corpus / "train.tsv"), sources), refs)
     samples = translate(runner, UI_STRINGS, 4)
     report = {
         "test_set": f"{corpus.name} {split} split ({len(test)} pairs, {corpus / f'{split}.tsv'})",

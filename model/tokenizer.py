@@ -23,7 +23,7 @@ from typing import Any
 
 import sentencepiece as spm
 
-from model.corpus import read_tsv
+from model.data import read_tsv
 
 LOG = logging.getLogger(__name__)
 

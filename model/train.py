@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
+from model.data import read_pairs
 from model.transformer import Transformer, TransformerConfig, greedy_decode, make_model
 
 log = logging.getLogger(__name__)
@@ -90,16 +91,6 @@ class Data:
             "tgt_in": torch.from_numpy(tgt_in),
             "labels": torch.from_numpy(labels),
         }
-
-
-def read_tsv(path: Path) -> list[tuple[str, str]]:
-    """The corpus' ``source<TAB>target<TAB>packages`` rows as (source, target) pairs."""
-    pairs = []
-    with path.open(encoding="utf-8") as f:
-        for line in f:
-            cols = line.rstrip("\n").split("\t")
-            pairs.append((cols[0], cols[1]))
-    return pairs
 
 
 def encode_pairs(sp: Any, pairs: list[tuple[str, str]], eos_id: int, max_length: int) -> Data:
@@ -342,7 +333,8 @@ DEFAULT_MODEL: dict[str, Any] = dict(
 
 
 def train(corpus: Path, run_dir: Path, *, name: str, t: TrainConfig, threads: int | None = None) -> Path:
-    """``attnserve train``: train (or resume) on a corpus directory built by model/corpus.py; returns best.pt."""
+    """``attnserve train``: train (or resume) on a corpus directory built by ``python -m model.corpus build``; returns
+    best.pt."""
     import sentencepiece as spm
 
     if threads:
@@ -359,7 +351,7 @@ def train(corpus: Path, run_dir: Path, *, name: str, t: TrainConfig, threads: in
         **DEFAULT_MODEL,
     )
     source_lang, target_lang = corpus.name.split("-")
-    data = encode_pairs(sp, read_tsv(corpus / "train.tsv"), c.eos_id, t.max_length)
+    data = encode_pairs(sp, read_pairs(corpus / "train.tsv"), c.eos_id, t.max_length)
     log.info("%d training pairs, %d target tokens", len(data.tgt), sum(map(len, data.tgt)))
     meta = {
         "name": name,
@@ -368,6 +360,6 @@ def train(corpus: Path, run_dir: Path, *, name: str, t: TrainConfig, threads: in
         "spm": str(corpus / "spm.model"),
         "provenance": {"corpus": str(corpus), "train_config": asdict(t), "device": device},
     }
-    trainer = Trainer(c, t, data, run_dir, dev=read_tsv(corpus / "dev.tsv"), sp=sp, meta=meta, device=device)
+    trainer = Trainer(c, t, data, run_dir, dev=read_pairs(corpus / "dev.tsv"), sp=sp, meta=meta, device=device)
     trainer.run()
     return run_dir / "best.pt"

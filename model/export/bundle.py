@@ -1,0 +1,140 @@
+"""Writing a bundle directory: the graphs, the tokenizer and a manifest with every file's sha256."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from model.export.build import export_fast_decoder, export_graphs
+from model.export.check import check_graphs
+from model.export.forms import EXACT_DECODER, EXACT_ENCODER, fast_decoder_form
+from model.export.weights import graph_weights, load_state_dict, weight_aliases
+from model.transformer import Transformer, TransformerConfig
+from service.bundle import FORMAT, sha256
+
+log = logging.getLogger(__name__)
+
+
+def write_manifest(bundle_dir: Path, manifest: dict[str, Any]) -> None:
+    """Write manifest.json with the sha256 of every other file in the bundle."""
+    files = sorted(p for p in bundle_dir.iterdir() if p.is_file() and p.name != "manifest.json")
+    manifest = {**manifest, "sha256": {p.name: sha256(p) for p in files}}
+    (bundle_dir / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+
+
+def copy_tokenizer(tokenizer: dict[str, Path], vocab: dict[str, int] | None, bundle_dir: Path) -> dict[str, Any]:
+    """Copy the SentencePiece models (one ``spm.model`` for a joint model) and the vocabulary, if any, into
+    ``bundle_dir``; return the manifest's ``tokenizer`` entry."""
+    tok: dict[str, Any] = {"kind": "sentencepiece", "vocab": None}
+    for role in ("source", "target"):
+        src = tokenizer[role]
+        dest = "spm.model" if tokenizer["source"] == tokenizer["target"] else f"{role}.spm"
+        shutil.copyfile(src, bundle_dir / dest)
+        tok[role] = dest
+    if vocab is not None:
+        (bundle_dir / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False, indent=0) + "\n")
+        tok["vocab"] = "vocab.json"
+    return tok
+
+
+def check_weights_read_back(model: Transformer, bundle_dir: Path) -> None:
+    """Raise unless :func:`~model.export.weights.load_state_dict` gives back every weight of ``model`` exactly."""
+    _, state = load_state_dict(bundle_dir)
+    for key, value in model.state_dict().items():
+        if not torch.equal(state[key], value.detach().cpu()):
+            raise ValueError(f"weight {key} does not read back exactly from the graphs")
+
+
+def export_bundle(
+    model: Transformer,
+    out_dir: Path,
+    *,
+    name: str,
+    source_lang: str,
+    target_lang: str,
+    tokenizer: dict[str, Path],
+    vocab: dict[str, int] | None = None,
+    scores: list[dict[str, Any]] | None = None,
+    provenance: dict[str, Any] | None = None,
+    force: bool = False,
+) -> Path:
+    """Export ``model`` and its tokenizer to a bundle directory.
+
+    Args:
+        model: the PyTorch model; put in eval mode.
+        out_dir: the bundle directory; must not exist (or be empty) unless ``force``.
+        tokenizer: ``{"source": spm_path, "target": spm_path}`` — one path twice for a joint model.
+        vocab: piece -> id map when the model's ids are not the SentencePiece ids (Marian), else None.
+        scores, provenance: recorded in the manifest as they are.
+        force: replace an existing bundle.
+
+    Raises:
+        FileExistsError: ``out_dir`` holds files and ``force`` is false.
+        ValueError: ONNX Runtime disagrees with PyTorch, or the weights cannot be read back exactly.
+    """
+    if out_dir.exists() and any(out_dir.iterdir()) and not force:
+        raise FileExistsError(f"{out_dir} exists; pass --force to replace it")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out_dir.parent, prefix=f".{out_dir.name}.") as tmp_name:
+        tmp = Path(tmp_name)
+        export_graphs(model, tmp)
+        worst_fast = export_fast_decoder(model, tmp / "decoder.fast.onnx")
+        graphs = {"encoder": "encoder.onnx", "decoder": "decoder.onnx", "fast_decoder": "decoder.fast.onnx"}
+        tok = copy_tokenizer(tokenizer, vocab, tmp)
+        manifest = {
+            "format": FORMAT,
+            "name": name,
+            "source_lang": source_lang,
+            "target_lang": target_lang,
+            "model": model.config.to_dict(),
+            "tokenizer": tok,
+            "graphs": graphs,
+            "graph_forms": {
+                "encoder.onnx": EXACT_ENCODER,
+                "decoder.onnx": EXACT_DECODER,
+                "decoder.fast.onnx": fast_decoder_form(greedy=True),
+            },
+            "weights": {
+                "source": "float32 graph initializers named as the PyTorch state dict (model/export)",
+                "aliases": weight_aliases(model, graph_weights(tmp, graphs)),
+            },
+            "scores": scores or [],
+            "provenance": {"exported": _dt.date.today().isoformat(), **(provenance or {})},
+        }
+        write_manifest(tmp, manifest)
+        worst = check_graphs(model, tmp)
+        check_weights_read_back(model, tmp)
+        log.info("ONNX Runtime matches PyTorch within %.2g (fast decoder %.2g); weights read back exactly", worst,
+                 worst_fast)  # fmt: skip
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        tmp.rename(out_dir)
+        tmp.mkdir()  # the context manager removes it again
+    return out_dir
+
+
+def export_checkpoint(checkpoint: Path, out_dir: Path, force: bool = False) -> Path:
+    """``attnserve export CHECKPOINT OUT_DIR``: a checkpoint written by model/train.py to a bundle."""
+    ckpt = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    config = TransformerConfig.from_dict(ckpt["config"])
+    model = Transformer(config)
+    model.load_state_dict(ckpt["model"])
+    meta = ckpt["meta"]
+    spm = Path(meta["spm"])
+    return export_bundle(
+        model,
+        out_dir,
+        name=meta["name"],
+        source_lang=meta["source_lang"],
+        target_lang=meta["target_lang"],
+        tokenizer={"source": spm, "target": spm},
+        provenance=meta.get("provenance"),
+        force=force,
+    )

@@ -1,0 +1,110 @@
+"""ONNX Runtime against PyTorch: the exported graphs' outputs compared on example feeds."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from model.export.examples import decoder_feed, example_inputs, fast_example
+from model.export.graphs import DecoderGraph, EncoderGraph
+from model.export.kernels import kernel_session
+from model.export.names import ENCODER_INPUTS, decoder_inputs, decoder_outputs, encoder_outputs
+from model.transformer import Transformer
+
+TOLERANCE = 1e-4
+
+
+GRAPHS = ("encoder.onnx", "decoder.onnx")
+
+
+def compare(names: list[str], got: Sequence[np.ndarray], want: Sequence[Tensor], tolerance: float) -> float:
+    """The largest difference of any output, relative to the output's magnitude where that exceeds 1 (float32 sums
+    of values near 10 differ by about 1e-5 · 10 between GEMM kernels); raises past ``tolerance``."""
+    worst = 0.0
+    for name, a, tensor in zip(names, got, want, strict=False):  # want may have more outputs (attention weights)
+        b = tensor.numpy()
+        scale = max(1.0, float(np.abs(b).max()))
+        diff = float(np.abs(a - b).max()) / scale
+        worst = max(worst, diff)
+        if not diff <= tolerance:
+            raise ValueError(
+                f"ONNX Runtime differs from PyTorch on {name}: max abs {diff * scale:.3g} > {tolerance} × {scale:.3g}"
+            )
+    return worst
+
+
+def check_graphs(
+    model: Transformer, bundle_dir: Path, tolerance: float = TOLERANCE, graphs: tuple[str, str] = GRAPHS
+) -> float:
+    """Run both graphs (``graphs``: the encoder's and the decoder's file) in ONNX Runtime and in PyTorch on a
+    padded batch; raise if any output differs by more than ``tolerance`` (max abs, relative to outputs larger than
+    1: :func:`compare`). Returns the largest difference seen."""
+    import onnxruntime as ort
+
+    model = model.eval()
+    L = model.config.n_decoder_layers
+    ex = example_inputs(model.config, seed=1)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    enc, dec = (ort.InferenceSession(str(bundle_dir / g), opts, providers=["CPUExecutionProvider"]) for g in graphs)
+    enc_ort = enc.run(encoder_outputs(L), ex["encoder"])
+    with torch.no_grad():
+        enc_pt = EncoderGraph(model)(*(torch.from_numpy(ex["encoder"][k]) for k in ENCODER_INPUTS))
+    dec_feed = decoder_feed(ex["decoder"], enc_ort[1:])  # the decoder runs on ONNX Runtime's own cross keys
+    dec_ort = dec.run(decoder_outputs(L), dec_feed)
+    with torch.no_grad():
+        dec_pt = DecoderGraph(model)(*(torch.from_numpy(dec_feed[k]) for k in decoder_inputs(L)))
+    return max(
+        compare(encoder_outputs(L), enc_ort, enc_pt, tolerance),
+        compare(decoder_outputs(L), dec_ort, dec_pt, tolerance),
+    )
+
+
+def check_fast_decoder(model: Transformer, path: Path, greedy: bool, tolerance: float = TOLERANCE) -> float:
+    """Run the fast decoder at ``path`` as the runner runs it (its caches bound as input and output) and compare it
+    with PyTorch's exact step on the same tokens: logits, and each row's cache slots, within ``tolerance``, and
+    (``greedy``) tokens whose logits are the largest within it. Returns the largest difference seen."""
+    import onnxruntime as ort
+
+    L = model.config.n_decoder_layers
+    names, outputs = decoder_inputs(L, fast=True, greedy=greedy), decoder_outputs(L, fast=True, greedy=greedy)
+    feed, exact = fast_example(model, seed=1, greedy=greedy)
+    session = kernel_session(path)
+    binding = session.io_binding()
+    presents = [name for name in outputs if name.startswith("present_")]
+    for name in outputs[: -len(presents)]:
+        binding.bind_output(name, "cpu")
+    for name in names:
+        value = ort.OrtValue.ortvalue_from_numpy(feed[name])
+        binding.bind_ortvalue_input(name, value)
+        if name.startswith("past_"):
+            binding.bind_ortvalue_output(name.replace("past_", "present_"), value)  # in place, as the runner does
+    session.run_with_iobinding(binding)
+    with torch.no_grad():
+        want = DecoderGraph(model)(*(torch.from_numpy(exact[k]) for k in decoder_inputs(L)))
+    logits = binding.get_outputs()[0].numpy()
+    if greedy:  # every row's logits and tokens were asked for
+        check_greedy_tokens(binding.get_outputs()[1].numpy(), want[0].numpy(), model.config.pad_id, tolerance)
+    lengths = exact["position_ids"][:, 0] + 1  # each row's slots after the step
+    T = exact["past_keys.0"].shape[2]
+    got, ragged = [logits], [want[0]]
+    for i, name in enumerate(presents):
+        buffer = feed[name.replace("present_", "past_")]
+        got += [buffer[b, :, :n] for b, n in enumerate(lengths)]
+        ragged += [want[1 + i][b, :, T + 1 - n :] for b, n in enumerate(lengths)]
+    return compare(["logits"] + [f"cache slots of row {b}" for b in range(len(got) - 1)], got, ragged, tolerance)
+
+
+def check_greedy_tokens(tokens: np.ndarray, logits: np.ndarray, pad_id: int, tolerance: float) -> None:
+    """Raise unless each row's token in ``tokens`` has a logit (PyTorch's ``logits`` (B, V)) within ``tolerance``
+    (relative to logits larger than 1) of the row's largest, padding left out."""
+    allowed = logits.copy()  # (B, V)
+    allowed[:, pad_id] = -np.inf
+    chosen = allowed[np.arange(len(tokens)), tokens]
+    scale = np.maximum(1.0, np.abs(allowed).max(axis=1, where=np.isfinite(allowed), initial=0))
+    if not ((allowed.max(axis=1) - chosen) / scale <= tolerance).all():
+        raise ValueError(f"ONNX Runtime's greedy tokens {tokens.tolist()} are not PyTorch's argmax")

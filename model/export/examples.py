@@ -1,0 +1,84 @@
+"""Example feeds for export and for the parity checks: a padded batch with two texts packed in a row, and a
+decoder step on a partly masked cache."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from model.export.graphs import EncoderGraph
+from model.export.names import ENCODER_INPUTS
+from model.transformer import Transformer, TransformerConfig
+
+
+def decoder_feed(step: dict[str, np.ndarray], cross: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+    """A decoder.onnx feed from example_inputs' step (past stacked over layers) and the encoder's cross outputs."""
+    L = len(cross) // 2
+    feed = {k: v for k, v in step.items() if k not in ("past_keys", "past_values")}
+    for l in range(L):
+        feed[f"cross_keys.{l}"], feed[f"cross_values.{l}"] = cross[l], cross[L + l]
+        feed[f"past_keys.{l}"], feed[f"past_values.{l}"] = step["past_keys"][l], step["past_values"][l]
+    return feed
+
+
+def example_inputs(c: TransformerConfig, B: int = 3, S: int = 7, T: int = 4, seed: int = 0) -> dict[str, Any]:
+    """A padded batch of different source lengths, its last row two texts packed (S ≥ 6), and a decoder step with a
+    partly masked cache (numpy, int64)."""
+    rng = np.random.default_rng(seed)
+    lengths = np.linspace(S, 2, B).astype(np.int64)  # the first sequence is the longest
+    lengths[-1] = 5  # the last row: texts of 3 and 2 tokens
+    input_ids = rng.integers(2, c.vocab_size - 1, size=(B, S)).astype(np.int64)
+    mask = (np.arange(S)[None] < lengths[:, None]).astype(np.int64)
+    input_ids = np.where(mask == 1, input_ids, c.pad_id)
+    input_ids[np.arange(B), lengths - 1] = c.eos_id
+    segments, positions = mask.copy(), np.broadcast_to(np.arange(S), (B, S)).copy()
+    segments[-1, 3:5], positions[-1, 3:5], input_ids[-1, 2] = 2, [0, 1], c.eos_id
+    self_mask = np.ones((B, T + 1), dtype=np.int64)
+    self_mask[1:, : T // 2] = 0  # later sequences joined the batch late: their first cache slots are padding
+    L, h, d_k = c.n_decoder_layers, c.h, c.d_k
+    return {
+        "encoder": {"input_ids": input_ids, "attention_mask": segments, "position_ids": positions},
+        "decoder": {
+            "input_ids": rng.integers(2, c.vocab_size - 1, size=(B, 1)).astype(np.int64),
+            "position_ids": np.full((B, 1), T, dtype=np.int64),
+            "encoder_attention_mask": mask,
+            "self_attention_mask": self_mask,
+            "past_keys": rng.standard_normal((L, B, h, T, d_k)).astype(np.float32),
+            "past_values": rng.standard_normal((L, B, h, T, d_k)).astype(np.float32),
+        },
+    }
+
+
+def step_example(model: Transformer, seed: int = 0) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """example_inputs' encoder feed and a decoder feed on the encoder's own cross keys/values (PyTorch's)."""
+    ex = example_inputs(model.config, seed=seed)
+    with torch.no_grad():
+        _, *cross = EncoderGraph(model)(*(torch.from_numpy(ex["encoder"][k]) for k in ENCODER_INPUTS))
+    return ex["encoder"], decoder_feed(ex["decoder"], [x.numpy() for x in cross])
+
+
+def fast_example(
+    model: Transformer, seed: int = 0, greedy: bool = False
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """A fast decoder feed (each row's cached tokens at its start, rows of 4, 2 and 0 tokens in caches of 6 slots;
+    ``greedy``: every row's logits and greedy token asked for) and the same step as a decoder.onnx feed (each row's
+    tokens at the end of a cache of 4, the rest masked)."""
+    c = model.config
+    _, exact = step_example(model, seed)
+    B, h, T, d_k = exact["past_keys.0"].shape
+    lengths = np.array([T, T // 2, 0])[:B]
+    exact["position_ids"] = lengths[:, None].astype(np.int64)
+    exact["self_attention_mask"] = (np.arange(T + 1)[None] >= (T - lengths)[:, None]).astype(np.int64)
+    fast = {k: v for k, v in exact.items() if k != "self_attention_mask"}
+    if greedy:
+        fast["logit_rows"] = fast["token_rows"] = np.arange(B)
+    rng = np.random.default_rng(seed)
+    for name in (f"past_{kind}.{l}" for kind in ("keys", "values") for l in range(c.n_decoder_layers)):
+        buffer = rng.standard_normal((B, h, T + 2, d_k)).astype(np.float32)  # stale slots: never attended to
+        for b, n in enumerate(lengths):
+            buffer[b, :, :n] = exact[name][b, :, T - n :]
+        fast[name] = buffer
+    return fast, exact

@@ -1,0 +1,75 @@
+"""Tests of model/export/bundle.py: bundles of random models of several shapes through the service's decoder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from model.export.bundle import export_bundle
+from model.export.check import check_graphs
+from model.export.weights import load_state_dict
+from model.transformer import greedy_decode
+from service.bundle import load_bundle
+from service.decoding import DecodeRequest, decode
+from service.runner import Runner
+from tests.bundles import tiny_model
+from tests.model.export.shapes import CONFIGS, sources
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_onnx_matches_pytorch(name: str, spm: Path, tmp_path: Path) -> None:
+    model = tiny_model(365, seed=1, **CONFIGS[name])
+    bundle_dir = export_bundle(
+        model, tmp_path / name, name=name, source_lang="en", target_lang="ja", tokenizer={"source": spm, "target": spm}
+    )
+    # Logits, present keys/values and all three attention kinds, over a padded batch with a partly masked cache.
+    assert check_graphs(model, bundle_dir, tolerance=1e-4) <= 1e-4
+
+    # Greedy decoding through the step graph (the service's decoder) gives PyTorch's tokens, and the attention
+    # rows it collected step by step equal a teacher-forced pass.
+    runner = Runner(load_bundle(bundle_dir), "cpu")
+    srcs = sources(model)
+    results = decode(runner, [DecodeRequest(src=s, max_length=12, attention=True) for s in srcs])
+    S = max(map(len, srcs))
+    src = torch.tensor([s + [model.config.pad_id] * (S - len(s)) for s in srcs])
+    expected = greedy_decode(model, src, (src != model.config.pad_id).long(), max_length=12).tolist()
+    for s, result, want in zip(srcs, results, expected, strict=True):
+        hyp = result.hypotheses[0]
+        n = len(hyp.tokens)
+        assert hyp.tokens == want[:n]
+        assert all(t == model.config.pad_id for t in want[n:])
+        x = torch.tensor([s])
+        tgt = torch.tensor([[model.config.decoder_start_id, *hyp.tokens[:-1]]])
+        with torch.no_grad():
+            memory, enc_w = model.encode(x, torch.ones_like(x)[:, None, None].bool())
+            mask = torch.ones_like(x)[:, None, None].bool()
+            causal = torch.ones(n, n, dtype=torch.bool).tril()[None, None]
+            _, _, self_w, cross_w = model.decode(tgt, torch.arange(n)[None], model.memory_kv(memory), mask, causal)
+        np.testing.assert_allclose(result.encoder_attention, torch.stack(enc_w)[:, 0].numpy(), atol=1e-4)
+        for t in range(n):
+            np.testing.assert_allclose(hyp.cross_attention[t], torch.stack(cross_w)[:, 0, :, t].numpy(), atol=1e-4)
+            np.testing.assert_allclose(
+                hyp.self_attention[t], torch.stack(self_w)[:, 0, :, t, : t + 1].numpy(), atol=1e-4
+            )
+
+    # The weights read back exactly.
+    config, state = load_state_dict(bundle_dir)
+    assert config == model.config
+    for key, value in model.state_dict().items():
+        assert torch.equal(state[key], value), key
+
+
+def test_export_refuses_to_overwrite(spm: Path, tmp_path: Path) -> None:
+    model = tiny_model(365)
+    kwargs = dict(name="x", source_lang="en", target_lang="ja", tokenizer={"source": spm, "target": spm})
+    export_bundle(model, tmp_path / "b", **kwargs)  # type: ignore[arg-type]
+    with pytest.raises(FileExistsError):
+        export_bundle(model, tmp_path / "b", **kwargs)  # type: ignore[arg-type]
+    export_bundle(model, tmp_path / "b", force=True, **kwargs)  # type: ignore[arg-type]
+    manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
+    assert set(manifest["sha256"]) == {"encoder.onnx", "decoder.onnx", "decoder.fast.onnx", "spm.model"}
+    assert manifest["format"] == "attnserve-bundle/3"

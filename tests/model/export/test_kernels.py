@@ -1,0 +1,134 @@
+"""Tests of model/export/kernels.py: attnserve's kernels against PyTorch and ONNX Runtime's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from model.export.build import export_fast_decoder, export_module
+from model.export.examples import fast_example
+from model.export.kernels import (
+    KERNELS,
+    GreedyTokens,
+    SegmentAttention,
+    attention_kernels,
+    kernel_session,
+    screen_weights,
+)
+from tests.bundles import tiny_model
+
+
+class Attend(torch.nn.Module):
+    def __init__(self, h: int) -> None:
+        super().__init__()
+        self.h = h
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, segments: torch.Tensor) -> torch.Tensor:
+        return SegmentAttention.apply(q, k, v, segments, self.h)
+
+
+def test_segment_attention_is_pytorchs_under_any_segments(tmp_path: Path) -> None:
+    """attnserve.SegmentAttention against PyTorch's attention under model.transformer.segment_mask: texts that
+    interleave (a query's keys need not be side by side), padding between and after them (a padding query attends
+    to every real key), one text a row; a row of padding only gets zeros (PyTorch's: the mean of its values, never
+    read)."""
+    h, d_k = 4, 8
+    segments = np.array([[1, 2, 1, 0, 2, 2, 0], [1, 1, 1, 1, 1, 1, 1], [3, 3, 0, 0, 5, 0, 0], [0] * 7], np.int32)
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((4, 7, h * d_k)).astype(np.float32) * 2 for _ in range(3))
+    path = tmp_path / "attend.onnx"
+    axes = {name: {0: "batch", 1: "length"} for name in ("q", "k", "v", "segments", "out")}
+    args = tuple(torch.from_numpy(x) for x in (q, k, v, segments))
+    export_module(Attend(h), args, path, (["q", "k", "v", "segments"], ["out"]), axes, custom_opsets={KERNELS: 1})
+    got = kernel_session(path).run(["out"], {"q": q, "k": k, "v": v, "segments": segments})[0]
+    with torch.no_grad():
+        want = Attend(h)(*args).numpy()
+    np.testing.assert_allclose(got[:3], want[:3], rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(got[3], 0)
+    assert not np.allclose(got[0, 0], got[0, 2]) and not np.allclose(got[0, 0], got[0, 1])  # not one average
+
+
+def test_attnserve_kernels_equal_onnxruntimes(tmp_path: Path) -> None:
+    """service/_attention.c against ONNX Runtime's MultiHeadAttention and GroupQueryAttention on one graph's
+    step, caches bound in place as the runner binds them: rows of several lengths and sources of several lengths
+    (masked), rows grouped by source; logits and every row's written slots agree, and the kernels refuse a row
+    whose cache has no slot left."""
+    import onnxruntime as ort
+
+    model = tiny_model(365)
+    ours, theirs = tmp_path / "ours.onnx", tmp_path / "theirs.onnx"
+    export_fast_decoder(model, ours)
+    theirs.write_bytes(ours.read_bytes())
+    attention_kernels(theirs, model.config.h, "onnxruntime")  # GreedyTokens stays attnserve's
+    feed, _ = fast_example(model, greedy=True)
+    lengths = feed["position_ids"][:, 0]
+    assert len(set(lengths.tolist())) > 1 and len(set(feed["encoder_attention_mask"].sum(1).tolist())) > 1
+    steps = []
+    for path in (ours, theirs):
+        session, buffers = kernel_session(path), {k: v.copy() for k, v in feed.items()}
+        binding = session.io_binding()
+        for name, value in buffers.items():
+            binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(value))
+            if name.startswith("past_"):
+                binding.bind_ortvalue_output(name.replace("past_", "present_"), ort.OrtValue.ortvalue_from_numpy(value))
+        binding.bind_output("logits", "cpu")
+        session.run_with_iobinding(binding)
+        steps.append((binding.get_outputs()[0].numpy(), buffers))
+    (logits, mine), (want, reference) = steps
+    np.testing.assert_allclose(logits, want, rtol=1e-5, atol=1e-5)
+    for name in (k for k in feed if k.startswith("past_")):
+        for b, n in enumerate(lengths):
+            np.testing.assert_allclose(mine[name][b, :, : n + 1], reference[name][b, :, : n + 1], rtol=1e-5, atol=1e-5)
+    full = {**feed, "position_ids": np.full_like(feed["position_ids"], feed["past_keys.0"].shape[2])}
+    with pytest.raises(Exception, match="no slot for its new key"):
+        kernel_session(ours).run(["logits"], full)
+
+
+class Projection(torch.nn.Module):
+    """h (T, d) -> GreedyTokens of h W^T + bias, ``pad`` never chosen."""
+
+    def __init__(self, W: torch.Tensor, bias: torch.Tensor, pad: int) -> None:
+        super().__init__()
+        for name, value in [("W", W), ("bias", bias), ("pad", torch.tensor(pad))]:
+            self.register_buffer(name, value)
+        for name, value in zip(("W_int8", "w_scale", "w_l1"), screen_weights(W), strict=True):
+            self.register_buffer(name, value)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return GreedyTokens.apply(h, self.W, self.bias, self.W_int8, self.w_scale, self.w_l1, self.pad)
+
+
+@pytest.mark.parametrize("biased", [False, True])
+def test_greedy_tokens_are_the_float32_argmax(tmp_path: Path, biased: bool) -> None:
+    """attnserve.GreedyTokens (the projection in 7-bit integers, the float32 logits of the tokens its error bound
+    cannot rule out) gives the argmax of the logits, padding left out: rows of very different scales (a large one
+    rules out few tokens), an exact tie (the first token wins, as numpy's argmax), padding as the largest logit,
+    a row of zeros (every token ties), a token that a -inf bias rules out, and no rows at all."""
+    rng = np.random.default_rng(0)
+    V, d, pad = 300, 48, 7
+    W = rng.standard_normal((V, d)).astype(np.float32) * 0.3
+    W[11], W[20] = W[5], 0  # a twin of token 5, a row of zeros
+    bias = np.zeros(0, np.float32)
+    if biased:
+        bias = rng.standard_normal(V).astype(np.float32)
+        bias[3], bias[4], bias[11] = -np.inf, 4.0, bias[5]
+    h = np.concatenate([rng.standard_normal((40, d)) * scale for scale in (0.01, 1.0, 30.0)])
+    h = np.concatenate([h, 5 * W[[5, pad]], 8 * W[[3]], np.zeros((1, d))]).astype(np.float32)
+    path = tmp_path / "greedy.onnx"
+    axes = {"h": {0: "rows"}, "tokens": {0: "rows"}}
+    export_module(Projection(torch.from_numpy(W), torch.from_numpy(bias), pad), (torch.from_numpy(h),), path,
+            (["h"], ["tokens"]), axes, custom_opsets={KERNELS: 1})  # fmt: skip
+    assert [n.op_type for n in onnx.load(str(path)).graph.node][-1] == "GreedyTokens"
+    session = kernel_session(path)
+    got = session.run(["tokens"], {"h": h})[0]
+    logits = h.astype(np.float64) @ W.T.astype(np.float64) + (bias if biased else 0)
+    logits[:, pad] = -np.inf
+    np.testing.assert_array_equal(got, logits.argmax(axis=1))
+    assert got[-4] == 5 and got[-3] != pad and got[-1] == (0 if not biased else logits[-1].argmax())
+    if biased:
+        assert 3 not in got
+    assert session.run(["tokens"], {"h": h[:0]})[0].shape == (0,)

@@ -762,10 +762,26 @@ def load_model(bundle_dir: Path) -> Transformer:
     return model
 
 
+_ENCODER = {"role": "encoder"}
+_DECODER = {"role": "decoder", "cache": "appended", "grouped_cross": False, "greedy_tokens": False}
+_IN_PLACE = {**_DECODER, "cache": "in_place", "grouped_cross": True}
+GRAPH_FORMS: dict[str, dict[str, Any]] = {  # graph file -> its manifest graph_forms entry (service/bundle.py)
+    "encoder.onnx": {**_ENCODER, "attentions": True},
+    "decoder.onnx": {**_DECODER, "attentions": True},
+    "decoder.fast.onnx": {**_IN_PLACE, "attentions": False, "greedy_tokens": True},
+    "encoder.int8.onnx": {**_ENCODER, "attentions": False},
+    "decoder.int8.onnx": {**_IN_PLACE, "attentions": False},
+    "encoder.float16.onnx": {**_ENCODER, "attentions": True},
+    "decoder.float16.onnx": {**_DECODER, "attentions": True},
+}
+
+
 def write_manifest(bundle_dir: Path, manifest: dict[str, Any]) -> None:
-    """Write manifest.json with the sha256 of every other file in the bundle."""
+    """Write manifest.json with the form of every graph it names and the sha256 of every other file in the bundle."""
     files = sorted(p for p in bundle_dir.iterdir() if p.is_file() and p.name != "manifest.json")
-    manifest = {**manifest, "sha256": {p.name: sha256(p) for p in files}}
+    graphs = [g for v in manifest["graphs"].values() for g in (v.values() if isinstance(v, dict) else [v])]
+    manifest = {**manifest, "graph_forms": {g: GRAPH_FORMS[g] for g in graphs}}
+    manifest["sha256"] = {p.name: sha256(p) for p in files}
     (bundle_dir / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
 
 

@@ -11,7 +11,8 @@ import pytest
 
 from service import _beam
 from service.bundle import ModelSpec
-from service.decoding import BatchDecoder, DecodeRequest, DecodeResult, _Scores, beam_places, beam_top, pack
+from service.decoding import BatchDecoder, DecodeRequest, DecodeResult, beam_places, beam_top, pack
+from service.decoding.search import Scores
 from service.runner import StepOutput
 from tests.service.fake_runner import FakeRunner
 
@@ -34,7 +35,7 @@ def test_beam_candidates_are_the_exact_best(spread: float, V: int) -> None:
     logits[:, 7] = -np.inf  # padding
     logits[4, 2] = logits[4, 3] = logits[4].max() + 1  # a tie, broken by token
     logits[8] = logits[0]  # rows 8 and 0 of request 1, with equal scores: ties across rows, broken by row
-    s = _Scores(logits.copy(), np.ones(len(logits), bool))
+    s = Scores(logits.copy(), np.ones(len(logits), bool))
     rows = np.array([[1, 2, 4], [8, 0, 6], [3, 5, 7]])  # three requests of three rows, not in batch order
     scores = np.array([[-0.5, -2.0, -np.inf], [-1.0, -1.0, -3.0], [-np.inf, -0.1, -np.inf]])  # -inf: not alive
     n = 6
@@ -54,7 +55,7 @@ def test_log_normalizers_and_block_maxima() -> None:
     logits = (rng.standard_normal((6, 8000)) * np.array([[0.01], [1], [10], [100], [1], [1]])).astype(np.float32)
     logits[:, 7999] = -np.inf  # padding
     logits[4, :4000] = -np.inf
-    s = _Scores(logits.copy(), np.array([True, True, True, True, True, False]))
+    s = Scores(logits.copy(), np.array([True, True, True, True, True, False]))
     x = logits[:5].astype(np.float64)
     want = x.max(1) + np.log(np.exp(x - x.max(1, keepdims=True)).sum(1))
     np.testing.assert_allclose(s.log_norm[:5], want, rtol=2e-7, atol=2e-6)
@@ -134,7 +135,7 @@ def test_spans_are_copied_and_the_rest_zeroed() -> None:
 
 
 def test_no_live_row_gives_no_candidates() -> None:
-    s = _Scores(np.zeros((2, 5), np.float32), np.ones(2, bool))
+    s = Scores(np.zeros((2, 5), np.float32), np.ones(2, bool))
     j, r, v, value = beam_top(s, np.array([[0, 1]]), np.array([[-np.inf, -np.inf]]), 4)
     assert len(j) == len(r) == len(v) == len(value) == 0
 
@@ -169,11 +170,11 @@ def test_pack_fills_rows_longest_first_and_packs_only_when_it_saves_tokens() -> 
 def test_only_scored_rows_get_log_probabilities() -> None:
     logits = np.random.default_rng(3).standard_normal((4, 6)).astype(np.float32)
     scored = np.array([True, False, True, False])
-    s = _Scores(logits.copy(), scored)
+    s = Scores(logits.copy(), scored)
     want = np.log(np.exp(logits.astype(np.float64)).sum(1))
     np.testing.assert_allclose(s.log_norm[scored], want[scored], atol=1e-5)
     assert np.isnan(s.log_norm[~scored]).all()
-    np.testing.assert_array_equal(_Scores(logits.copy(), np.ones(4, bool)).log_norm[scored], s.log_norm[scored])
+    np.testing.assert_array_equal(Scores(logits.copy(), np.ones(4, bool)).log_norm[scored], s.log_norm[scored])
 
 
 # BatchDecoder against a plain beam search, on a fake model whose next-token distribution depends on the whole
@@ -212,7 +213,7 @@ class PrefixModel(FakeRunner):
         cross_values,
         past_keys,
         past_values,
-        tokens=False,  # never asked: greedy_tokens is False
+        tokens=False,  # never asked: appended caches
     ) -> StepOutput:
         B = len(input_ids)
         self.step_rows.append(B)

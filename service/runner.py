@@ -117,7 +117,7 @@ class Runner:
             encode alike; a second session would hold the weights twice).
     """
 
-    def __init__(
+    def __init__(  # long: the sessions, the graphs' forms and the fast decoder's binding names, set up in order
         self,
         bundle: Bundle,
         provider: Provider = "auto",

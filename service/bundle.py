@@ -6,11 +6,11 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import sentencepiece as spm
 
-FORMAT = "attnserve-bundle/3"
+FORMAT = "attnserve-bundle/4"
 
 
 class BundleError(ValueError):
@@ -39,6 +39,49 @@ class ModelSpec:
     @classmethod
     def from_manifest(cls, model: dict[str, Any]) -> ModelSpec:
         return cls(**{k: int(model[k]) for k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class GraphForm:
+    """What a graph is, as the manifest's ``graph_forms`` says (the runner's flags; nothing sniffs ONNX names).
+
+    Attributes:
+        role: ``encoder`` or ``decoder``.
+        attentions: it outputs attention weights (``encoder_attentions``; ``self_attentions``/``cross_attentions``).
+        cache: a decoder's key/value caches: ``appended`` (past caches in, presents one slot longer out, with a
+            ``self_attention_mask``) or ``in_place`` (buffers written in place, no mask); ``None`` for an encoder.
+        grouped_cross: a decoder's cross keys/values may serve G consecutive rows each (their first axis is named
+            apart from the rows').
+        greedy_tokens: a decoder takes ``logit_rows``/``token_rows`` and outputs greedy ``tokens``.
+    """
+
+    role: Literal["encoder", "decoder"]
+    attentions: bool
+    cache: Literal["appended", "in_place"] | None = None
+    grouped_cross: bool = False
+    greedy_tokens: bool = False
+
+    @classmethod
+    def from_manifest(cls, where: str, entry: Any) -> GraphForm:
+        """Parse one ``graph_forms`` entry; ``where`` names it in errors.
+
+        Raises:
+            BundleError: the entry is not an object of known keys and values.
+        """
+        if not isinstance(entry, dict):
+            raise BundleError(f"{where}: expected an object, got {entry!r}")
+        role = entry.get("role")
+        if role not in ("encoder", "decoder"):
+            raise BundleError(f"{where}: role {role!r}, expected 'encoder' or 'decoder'")
+        keys = {"role", "attentions", *(("cache", "grouped_cross", "greedy_tokens") if role == "decoder" else ())}
+        if set(entry) != keys:
+            raise BundleError(f"{where}: keys {sorted(entry)}, expected {sorted(keys)}")
+        flags = [k for k in ("attentions", "grouped_cross", "greedy_tokens") if k in keys]
+        if bad := [k for k in flags if not isinstance(entry[k], bool)]:
+            raise BundleError(f"{where}: {bad[0]} {entry[bad[0]]!r}, expected true or false")
+        if "cache" in keys and entry["cache"] not in ("appended", "in_place"):
+            raise BundleError(f"{where}: cache {entry['cache']!r}, expected 'appended' or 'in_place'")
+        return cls(**entry)
 
 
 class Tokenizer:
@@ -93,6 +136,7 @@ class Bundle:
     manifest: dict[str, Any]
     spec: ModelSpec
     tokenizer: Tokenizer
+    forms: dict[str, GraphForm]  # graph file -> its form (the manifest's graph_forms)
 
     @property
     def name(self) -> str:
@@ -121,10 +165,18 @@ class Bundle:
         if variant == "float32":
             if role not in graphs:
                 raise BundleError(f"{self.path}: no {role} graph (export it again with this version)")
-            return self.path / graphs[role]
+            return self.path / str(graphs[role])
         if variant not in self.variants:
             raise BundleError(f"{self.path}: no {variant!r} graphs; this bundle has {self.variants}")
-        return self.path / graphs[variant][role]
+        return self.path / str(graphs[variant][role])
+
+    def form(self, role: str, variant: str = "float32") -> GraphForm:
+        """The form of the graph that :meth:`graph` names (its file checked at load to have one).
+
+        Raises:
+            BundleError: the bundle has no such graph.
+        """
+        return self.forms[self.graph(role, variant).name]
 
 
 def load_bundle(path: Path, verify: bool = True) -> Bundle:
@@ -152,8 +204,8 @@ def load_bundle(path: Path, verify: bool = True) -> Bundle:
     hashes: dict[str, str] = manifest.get("sha256", {})
     tok = manifest["tokenizer"]
     needed = {tok["source"], tok["target"]}
-    for graphs in (manifest["graphs"], *(v for v in manifest["graphs"].values() if isinstance(v, dict))):
-        needed |= {graphs["encoder"], graphs["decoder"]}
+    forms = graph_forms(manifest_path, manifest)
+    needed |= set(forms)
     if tok.get("vocab"):
         needed.add(tok["vocab"])
     for name in sorted(needed | set(hashes)):
@@ -168,4 +220,28 @@ def load_bundle(path: Path, verify: bool = True) -> Bundle:
     spec = ModelSpec.from_manifest(manifest["model"])
     vocab = json.loads((path / tok["vocab"]).read_text()) if tok.get("vocab") else None
     tokenizer = Tokenizer(path / tok["source"], path / tok["target"], vocab, spec)
-    return Bundle(path=path, manifest=manifest, spec=spec, tokenizer=tokenizer)
+    return Bundle(path=path, manifest=manifest, spec=spec, tokenizer=tokenizer, forms=forms)
+
+
+def graph_forms(manifest_path: Path, manifest: dict[str, Any]) -> dict[str, GraphForm]:
+    """The manifest's ``graph_forms``: one valid entry for every graph file that ``graphs`` names, of its role.
+
+    Raises:
+        BundleError: ``graph_forms`` is missing, lacks a graph's entry, or an entry is malformed.
+    """
+    graphs = manifest["graphs"]
+    roles = {file: role for role, file in graphs.items() if isinstance(file, str)}
+    for variant in (v for v in graphs.values() if isinstance(v, dict)):
+        roles |= {file: role for role, file in variant.items()}
+    entries = manifest.get("graph_forms")
+    if not isinstance(entries, dict):
+        raise BundleError(f"{manifest_path}: no graph_forms object (export it again with this version)")
+    forms: dict[str, GraphForm] = {}
+    for file, role in sorted(roles.items()):
+        where = f"{manifest_path}: graph_forms[{file!r}]"
+        if file not in entries:
+            raise BundleError(f"{where} is missing")
+        forms[file] = GraphForm.from_manifest(where, entries[file])
+        if forms[file].role != ("encoder" if role == "encoder" else "decoder"):
+            raise BundleError(f"{where}: role {forms[file].role!r}, but graphs names it as the {role}")
+    return forms

@@ -1,9 +1,9 @@
 """ONNX Runtime sessions of one bundle: token ids in, logits, caches and attention weights out. No HTTP here.
 
-The key/value caches are the runner's own kind of array (:data:`Cache`): numpy arrays on the CPU, or, with
-IOBinding (the default on CUDA), ONNX Runtime values that stay on the device from one decoding step to the next.
-:class:`HostTensors` and :class:`DeviceTensors` give the few operations that batching needs on them (take rows,
-append rows, pad, narrow), so the decoder never looks inside a cache.
+The key/value caches are the runner's own kind of array (:data:`~service.tensors.Cache`): numpy arrays on the CPU,
+or, with IOBinding (the default on CUDA), ONNX Runtime values that stay on the device from one decoding step to the
+next (service/tensors.py). The graphs' forms (caches appended or written in place, attention outputs, greedy tokens)
+come from the bundle's manifest.
 """
 
 from __future__ import annotations
@@ -14,19 +14,19 @@ import importlib
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import numpy as np
 import onnxruntime as ort
 
-from service.bundle import Bundle
+from service.bundle import Bundle, GraphForm
+from service.tensors import Cache, DeviceTensors, HostTensors, Tensors
 
 log = logging.getLogger(__name__)
 
 Provider = Literal["auto", "cuda", "cpu"]
 CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"
-Cache = Any  # np.ndarray (host) or ort.OrtValue (IOBinding): one layer's keys or values, (B, h, T, d_k)
 
 
 @functools.cache
@@ -35,16 +35,14 @@ def tune_memory() -> bool:
 
     glibc's malloc keeps freed memory for reuse instead of returning it to the system. Every decoding step allocates
     caches and logits of a few megabytes and frees the previous ones; by default glibc hands such blocks back to the
-    kernel (mmap and trim thresholds that adapt) and the next step faults fresh pages in. Arrays up to 32 MiB now come
-    from the heap, and up to 256 MiB of freed heap stays mapped: measured on the shipped model, beam 4 over 1,000
-    sentences, 4x fewer page faults and 3-6 % less time (glibc only; elsewhere nothing changes).
+    kernel (mmap and trim thresholds that adapt) and the next step faults fresh pages in. Here arrays up to 32 MiB
+    come from the heap, and up to 256 MiB of freed heap stays mapped: far fewer page faults (glibc only; elsewhere
+    nothing changes; docs/BENCHMARKS.md).
 
-    And numpy no longer asks Linux for 2 MiB pages for arrays of 4 MiB or more (``NUMPY_MADVISE_HUGEPAGE=0``, which
+    And numpy does not ask Linux for 2 MiB pages for arrays of 4 MiB or more (``NUMPY_MADVISE_HUGEPAGE=0``, which
     numpy reads only when it is imported): such a page is zeroed whole when one byte of it is first written, and the
-    self-attention buffers are mostly slots that no row reaches (their capacity follows the longest row). Under
-    bench/peers.py's mixed load, growing a batch's buffers took 50-85 ms a join whenever the heap had to grow into
-    fresh pages, and short requests' p99 was 81-208 ms against 73-82 ms with 4 KiB pages (three runs each,
-    interleaved); the runner alone (beam 4, greedy) did not change.
+    self-attention buffers are mostly slots that no row reaches (their capacity follows the longest row), so growing
+    a batch's buffers would fault in whole huge pages whenever the heap grows.
     """
     try:
         multiarray = importlib.import_module("numpy._core.multiarray")  # numpy 2
@@ -108,132 +106,6 @@ class StepOutput:
     tokens: np.ndarray | None = None  # (B,) greedy tokens, when asked for instead of logits
 
 
-class Tensors(Protocol):
-    """The operations batching needs on caches; every result is contiguous, and a new cache but for ``put``."""
-
-    def empty(self, shape: tuple[int, ...]) -> Cache: ...
-    def shape(self, x: Cache) -> tuple[int, ...]: ...
-    def take(self, x: Cache, rows: np.ndarray) -> Cache: ...  # x[rows]
-    def cat(self, x: Cache, y: Cache) -> Cache: ...  # x and y's rows
-    def pad(self, x: Cache, axis: int, n: int, front: bool = False) -> Cache: ...  # n zeros added along axis
-    def narrow(self, x: Cache, axis: int, start: int, stop: int) -> Cache: ...  # x[start:stop] along axis
-    # x with x[rows] = y (host: in place); y is zero-padded along axis 2 when it is shorter there
-    def put(self, x: Cache, rows: np.ndarray, y: Cache) -> Cache: ...
-
-
-class HostTensors:
-    """Caches as numpy arrays."""
-
-    def empty(self, shape: tuple[int, ...]) -> np.ndarray:
-        return np.zeros(shape, np.float32)
-
-    def shape(self, x: np.ndarray) -> tuple[int, ...]:
-        return tuple(x.shape)
-
-    def take(self, x: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        return x[rows]
-
-    def cat(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-        return np.concatenate([x, y])
-
-    def pad(self, x: np.ndarray, axis: int, n: int, front: bool = False) -> np.ndarray:
-        if n == 0:
-            return x
-        shape = list(x.shape)
-        shape[axis] += n
-        out = np.zeros(shape, x.dtype)  # np.pad costs tens of microseconds more per call
-        index = [slice(0, size) for size in x.shape]
-        if front:
-            index[axis] = slice(n, None)
-        out[tuple(index)] = x
-        return out
-
-    def narrow(self, x: np.ndarray, axis: int, start: int, stop: int) -> np.ndarray:
-        index = [slice(None)] * x.ndim
-        index[axis] = slice(start, stop)
-        return np.ascontiguousarray(x[tuple(index)])
-
-    def put(self, x: np.ndarray, rows: np.ndarray, y: np.ndarray) -> np.ndarray:
-        if y.ndim > 2 and y.shape[2] < x.shape[2]:  # without a padded copy of y
-            x[rows, :, : y.shape[2]] = y
-            x[rows, :, y.shape[2] :] = 0
-        else:
-            x[rows] = y
-        return x
-
-
-class DeviceTensors:
-    """Caches as ONNX Runtime values on the execution provider's device; each operation is a one-node ONNX graph
-    run there with IOBinding, so a cache never leaves the device. Needs the ``onnx`` package (``.[gpu]``)."""
-
-    def __init__(self, providers: list[str], device: str, options: ort.SessionOptions) -> None:
-        from onnx import TensorProto, helper
-
-        self.device = device
-
-        def session(op: str, inputs: list[tuple[str, int]], **attributes: Any) -> ort.InferenceSession:
-            node = helper.make_node(op, [name for name, _ in inputs], ["y"], **attributes)
-            graph = helper.make_graph(
-                [node],
-                op,
-                [helper.make_tensor_value_info(name, kind, None) for name, kind in inputs],
-                [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-            )
-            model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-            model.ir_version = 8
-            return ort.InferenceSession(model.SerializeToString(), options, providers=providers)
-
-        f, i = TensorProto.FLOAT, TensorProto.INT64
-        self._take = session("Gather", [("x", f), ("rows", i)], axis=0)
-        self._cat = session("Concat", [("x", f), ("z", f)], axis=0)
-        self._pad = session("Pad", [("x", f), ("pads", i)])
-        self._slice = session("Slice", [("x", f), ("starts", i), ("ends", i), ("axes", i)])
-        self._put = session("ScatterND", [("x", f), ("rows", i), ("z", f)])
-
-    def _run(self, session: ort.InferenceSession, x: ort.OrtValue, **host: np.ndarray) -> ort.OrtValue:
-        binding = session.io_binding()
-        binding.bind_ortvalue_input("x", x)
-        for name, value in host.items():
-            if isinstance(value, ort.OrtValue):
-                binding.bind_ortvalue_input(name, value)
-            else:
-                binding.bind_cpu_input(name, value)
-        binding.bind_output("y", self.device)
-        session.run_with_iobinding(binding)
-        out: ort.OrtValue = binding.get_outputs()[0]
-        return out
-
-    def empty(self, shape: tuple[int, ...]) -> ort.OrtValue:
-        return ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, np.float32), self.device, 0)
-
-    def shape(self, x: ort.OrtValue) -> tuple[int, ...]:
-        return tuple(x.shape())
-
-    def take(self, x: ort.OrtValue, rows: np.ndarray) -> ort.OrtValue:
-        return self._run(self._take, x, rows=np.asarray(rows, np.int64))
-
-    def cat(self, x: ort.OrtValue, y: ort.OrtValue) -> ort.OrtValue:
-        return self._run(self._cat, x, z=y)
-
-    def pad(self, x: ort.OrtValue, axis: int, n: int, front: bool = False) -> ort.OrtValue:
-        if n == 0:
-            return x
-        rank = len(x.shape())
-        pads = np.zeros(2 * rank, np.int64)  # ONNX Pad: every axis's leading counts, then its trailing ones
-        pads[axis if front else rank + axis] = n
-        return self._run(self._pad, x, pads=pads)
-
-    def narrow(self, x: ort.OrtValue, axis: int, start: int, stop: int) -> ort.OrtValue:
-        one = lambda v: np.array([v], np.int64)  # noqa: E731
-        return self._run(self._slice, x, starts=one(start), ends=one(stop), axes=one(axis))
-
-    def put(self, x: ort.OrtValue, rows: np.ndarray, y: ort.OrtValue) -> ort.OrtValue:
-        length, short = x.shape(), y.shape()
-        if len(short) > 2 and short[2] < length[2]:
-            y = self.pad(y, 2, length[2] - short[2])
-        return self._run(self._put, x, rows=np.asarray(rows, np.int64)[:, None], z=y)
-
-
 class Runner:
     """The encoder and decoder-step sessions of one bundle.
 
@@ -245,7 +117,7 @@ class Runner:
             encode alike; a second session would hold the weights twice).
     """
 
-    def __init__(
+    def __init__(  # long: the sessions, the graphs' forms and the fast decoder's binding names, set up in order
         self,
         bundle: Bundle,
         provider: Provider = "auto",
@@ -268,8 +140,8 @@ class Runner:
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         opts.register_custom_ops_library(attention_library())  # the fast decoder's attention (domain attnserve)
         providers = [self.provider] if self.provider == CPU else [self.provider, CPU]
-        # On the CPU, LayerNormalization after a plain Add beats the fused SkipLayerNormalization kernel: measured
-        # 5-24 % less time per decoder step (batch 32-128, past 10-30, float32 and int8, one thread).
+        # On the CPU, LayerNormalization after a plain Add beats the fused SkipLayerNormalization kernel (a decoder
+        # step takes less time, float32 and int8; docs/BENCHMARKS.md).
         disabled = ["SkipLayerNormFusion"] if self.provider == CPU else None
 
         def session(role: str) -> ort.InferenceSession:
@@ -284,18 +156,18 @@ class Runner:
         L = self.spec.n_decoder_layers
         self._encoder_outputs = [o.name for o in self.encoder.get_outputs()]
         self._decoder_outputs = [o.name for o in self.decoder.get_outputs()]
+        self.encoder_form = bundle.form("encoder", variant)
+        self.form: GraphForm = bundle.form("fast_decoder" if fast else "decoder", variant)
         # The int8 variant's fast encoder and decoder give no attention weights: its requests that want them go to
         # the exact graphs (service/engine.py).
-        self.attention = "encoder_attentions" in self._encoder_outputs and "self_attentions" in self._decoder_outputs
-        # The fast decoder (no self-attention mask) keeps each row's tokens at the start of its cache buffers and
-        # writes a step's slots into them in place (docs/ARCHITECTURE.md, "caches written in place").
-        self.in_place = "self_attention_mask" not in {i.name for i in self.decoder.get_inputs()}
-        # Its cross keys and values may serve G consecutive rows each (a beam request's): their first axis is named
-        # apart from the rows' (model/export.py, FastDecoderGraph). Bundles exported before that take one a row.
-        dims = {i.name: i.shape[0] for i in self.decoder.get_inputs()}
-        self.grouped = self.in_place and dims["encoder_attention_mask"] != dims["input_ids"]
+        self.attention = self.encoder_form.attentions and self.form.attentions
+        # The fast decoder keeps each row's tokens at the start of its cache buffers and writes a step's slots into
+        # them in place (docs/ARCHITECTURE.md, "caches written in place").
+        self.in_place = self.form.cache == "in_place"
+        # Its cross keys and values may serve G consecutive rows each (a beam request's).
+        self.grouped = self.in_place and self.form.grouped_cross
         # It gives greedy tokens instead of logits where asked (FastDecoderGraph's logit_rows and token_rows).
-        self.greedy_tokens = "token_rows" in dims
+        self.greedy_tokens = self.form.greedy_tokens
         self._bindings = threading.local()
         # The fast decoder's inputs in the order Runner.step passes them, and its (past, present) cache pairs.
         cross = [f"{kind}.{l}" for kind in ("cross_keys", "cross_values") for l in range(L)]
@@ -316,7 +188,8 @@ class Runner:
     def _run(self, session: ort.InferenceSession, outputs: list[str], feed: dict[str, Any]) -> list[Any]:
         """Run a session; with IOBinding, cache outputs stay on the device and the rest come back as numpy."""
         if not self.io_binding:
-            return session.run(outputs, feed)
+            values: list[Any] = session.run(outputs, feed)
+            return values
         binding = session.io_binding()
         for name, value in feed.items():
             if isinstance(value, ort.OrtValue):
@@ -335,7 +208,7 @@ class Runner:
         (0: padding); a text's positions start at 0."""
         feed = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids}
         outputs = self._run(self.encoder, self._encoder_outputs, feed)
-        attentions = outputs.pop(0) if self._encoder_outputs[0] == "encoder_attentions" else None
+        attentions = outputs.pop(0) if self.encoder_form.attentions else None
         L = self.spec.n_decoder_layers
         return EncoderOutput(attentions, outputs[:L], outputs[L:])
 
@@ -387,7 +260,7 @@ class Runner:
         position_ids, encoder_attention_mask, then the cross keys and values).
 
         A decoding thread keeps its binding from step to step and binds again only what changed (the buffers stay
-        the same arrays until they grow, shrink or rows join): binding everything anew cost 80 µs a step."""
+        the same arrays until they grow, shrink or rows join): binding everything anew costs time every step."""
         binding, bound = self._binding()
         for name, value in zip(self._in_place_inputs, inputs, strict=True):
             if bound.get(name) is not value:

@@ -1,4 +1,4 @@
-"""The batching loop: a bounded queue of texts feeds a :class:`~service.decoding.BatchDecoder`, one step at a time.
+"""The batching loop: a bounded queue of texts feeds a decoder (:class:`Decoder`), one step at a time.
 
 It knows nothing of HTTP or ONNX. Each queued entry has its own asyncio future (reply channel) and deadline.
 Between two decoding steps, finished texts leave and waiting ones join (iteration-level batching) as long as the
@@ -17,13 +17,44 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Protocol, cast
 
-from service.decoding import BatchDecoder, DecodeRequest, DecodeResult
+from service.decoding import DecodeRequest, DecodeResult
 
 log = logging.getLogger(__name__)
+
+
+class Decoder(Protocol):
+    """What the scheduler needs from a decoder (:class:`~service.decoding.BatchDecoder`)."""
+
+    @property
+    def num_rows(self) -> int: ...  # rows that decode a request
+
+    def source_tokens(self, rows: int = 0, S: int = 0) -> int:
+        """Padded source tokens the batch holds, with ``rows`` more rows of ``S`` tokens."""
+        ...
+
+    def encode(self, requests: list[tuple[Hashable, DecodeRequest]]) -> float:
+        """Encode requests that :meth:`join` adds later; returns the encoder seconds."""
+        ...
+
+    def join(self, keys: list[Hashable]) -> None:
+        """Add the rows of requests encoded before."""
+        ...
+
+    def cancel(self, key: Hashable) -> None:
+        """Drop a request's rows (or the request, when it was only encoded)."""
+        ...
+
+    def step(self) -> tuple[list[tuple[Hashable, DecodeResult]], float]:
+        """One decoding step; the requests that finished and the decoder seconds."""
+        ...
+
+    def reset(self) -> None:
+        """Forget every row and every request encoded ahead (after a failure)."""
+        ...
 
 
 class QueueFull(Exception):
@@ -82,7 +113,7 @@ class Scheduler:
 
     def __init__(
         self,
-        decoder: BatchDecoder,
+        decoder: Decoder,
         *,
         max_batch_size: int = 32,
         max_batch_tokens: int = 8192,
@@ -191,8 +222,7 @@ class Scheduler:
         """Answer the texts the last step finished. The loop does so just before its next ONNX Runtime call (or
         wait), not at once: the event loop then sends the answers while the model runs without the GIL, instead of
         taking the GIL while this thread moves the newcomers' caches (numpy lets it go for each large copy and waits
-        to get it back). Measured at 64 closed-loop clients: 2.2 of 15 s waiting -> 0.3 s, 441 -> 514-544 texts/s.
-        One call for them all: the event loop wakes once a step, not once a text."""
+        to get it back). One call for them all: the event loop wakes once a step, not once a text."""
         if self._finished:
             assert self._loop is not None
             self._loop.call_soon_threadsafe(_settle_all, [(entry.future, result) for entry, result in self._finished])
@@ -247,8 +277,8 @@ class Scheduler:
 
         The queue is looked at from its oldest text up to the first one still waiting within its deadline: deadlines
         come in the queue's order when every caller gives the same timeout (the service's ``request_timeout_s``).
-        Checking every queued text at every step made a long queue cost the decoding thread more the longer it grew
-        (int8 over HTTP at 1,000 requests/s with 1,024 texts queued: 8 % of that thread's time, holding the GIL)."""
+        Checking every queued text at every step would make a long queue cost the decoding thread (holding the GIL)
+        more the longer it grew."""
         queue = self._queue
         while queue and (queue[0].gone or now > queue[0].deadline):
             entry = queue.popleft()

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from service.bundle import BundleError, load_bundle
+from service.bundle import BundleError, GraphForm, load_bundle
 
 
 @pytest.fixture
@@ -41,4 +43,42 @@ def test_unknown_format(bundle_copy: Path) -> None:
     manifest = json.loads((bundle_copy / "manifest.json").read_text())
     (bundle_copy / "manifest.json").write_text(json.dumps({**manifest, "format": "other/9"}))
     with pytest.raises(BundleError, match="format 'other/9'"):
+        load_bundle(bundle_copy)
+
+
+def write_manifest(bundle: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    change(manifest)
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_graph_forms_are_read_into_typed_forms(bundle_copy: Path) -> None:
+    bundle = load_bundle(bundle_copy)
+    assert bundle.form("encoder") == GraphForm("encoder", attentions=True)
+    assert bundle.form("decoder") == GraphForm("decoder", attentions=True, cache="appended")
+    fast = GraphForm("decoder", attentions=False, cache="in_place", grouped_cross=True, greedy_tokens=True)
+    assert bundle.form("fast_decoder") == fast
+
+
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        (lambda m: m.pop("graph_forms"), r"manifest\.json: no graph_forms object"),
+        (lambda m: m["graph_forms"].pop("decoder.fast.onnx"), r"graph_forms\['decoder\.fast\.onnx'\] is missing"),
+        (lambda m: m["graph_forms"]["decoder.onnx"].update(cache="rolling"), r"\['decoder\.onnx'\]: cache 'rolling'"),
+        (lambda m: m["graph_forms"]["encoder.onnx"].update(attentions=1), r"\['encoder\.onnx'\]: attentions 1"),
+        (lambda m: m["graph_forms"]["encoder.onnx"].update(cache="appended"), r"\['encoder\.onnx'\]: keys"),
+        (lambda m: m["graph_forms"]["decoder.onnx"].pop("greedy_tokens"), r"\['decoder\.onnx'\]: keys"),
+        (lambda m: m["graph_forms"].update({"decoder.onnx": "appended"}), r"\['decoder\.onnx'\]: expected an object"),
+        (lambda m: m["graph_forms"]["encoder.onnx"].update(role="decoder"), r"\['encoder\.onnx'\]: keys"),
+        (lambda m: m["graph_forms"].update({"decoder.onnx": {"role": "encoder", "attentions": True}}),
+         r"\['decoder\.onnx'\]: role 'encoder', but graphs names it as the decoder"),
+        (lambda m: m["graph_forms"]["decoder.onnx"].update(role="step"), r"\['decoder\.onnx'\]: role 'step'"),
+    ],
+)  # fmt: skip
+def test_missing_or_mangled_graph_forms_fail_naming_the_entry(
+    bundle_copy: Path, change: Callable[[dict[str, Any]], None], error: str
+) -> None:
+    write_manifest(bundle_copy, change)
+    with pytest.raises(BundleError, match=error):
         load_bundle(bundle_copy)

@@ -16,8 +16,12 @@ import onnxruntime as ort
 import pytest
 
 from service.bundle import Bundle, load_bundle
-from service.decoding import BatchDecoder, DecodeRequest, DecodeResult, _Batch, decode, pack
-from service.runner import CPU, DeviceTensors, HostTensors, Runner, tune_memory
+from service.decoding import BatchDecoder, DecodeRequest, DecodeResult, decode, pack
+from service.decoding.batch import Batch
+from service.decoding.caches import Caches
+from service.decoding.in_place import DeviceInPlaceCaches
+from service.runner import CPU, Runner, tune_memory
+from service.tensors import DeviceTensors, HostTensors
 
 
 def test_device_tensors_equal_numpy() -> None:
@@ -65,8 +69,8 @@ def staggered(runner: Runner, requests: list[DecodeRequest]) -> tuple[list[Decod
     old one (age 2). Returns the results and how often the batches filled holes, split and absorbed rows."""
     calls: Counter[str] = Counter()
 
-    def counted(name: str) -> Any:
-        method = getattr(_Batch, name)
+    def counted(owner: type, name: str) -> Any:
+        method = getattr(owner, name)
 
         def wrapper(*args: Any) -> Any:
             calls[name] += 1
@@ -75,8 +79,8 @@ def staggered(runner: Runner, requests: list[DecodeRequest]) -> tuple[list[Decod
         return wrapper
 
     with ExitStack() as stack:
-        for name in ("_fill", "split", "absorb"):
-            stack.enter_context(patch.object(_Batch, name, counted(name)))
+        for owner, name in ((Caches, "fill"), (Batch, "split"), (Batch, "absorb")):
+            stack.enter_context(patch.object(owner, name, counted(owner, name)))
         decoder = BatchDecoder(runner, age=2)
         decoder.admit([(0, requests[0]), (1, requests[1])])
         results: dict[int, DecodeResult] = {}
@@ -98,7 +102,7 @@ def test_io_binding_gives_the_same_tokens_scores_and_attention(tiny_bundle: Path
     device, device_calls = staggered(Runner(bundle, "cpu", io_binding=True), requests)
     alone = [decode(Runner(bundle, "cpu"), [r])[0] for r in requests]
     assert calls == device_calls
-    assert all(calls[name] for name in ("_fill", "split", "absorb")), f"not every path is covered: {calls}"
+    assert all(calls[name] for name in ("fill", "split", "absorb")), f"not every path is covered: {calls}"
     assert [[h.tokens for h in r.hypotheses] for r in host] == [[h.tokens for h in r.hypotheses] for r in alone]
     # Padded alone and in a batch, the same row's sums may differ in the last bits: compare them more loosely.
     pairs = [(a, b, 1e-6) for a, b in zip(host, device, strict=True)]
@@ -132,13 +136,13 @@ def test_caches_written_in_place_give_the_exact_graphs_answers(tiny_bundle: Path
     fast = Runner(bundle, "cpu", io_binding=io_binding, fast=True)
     assert fast.in_place and not fast.attention
     capacities: list[int] = []
-    reserve = _Batch._reserve
+    prepare = DeviceInPlaceCaches.prepare
 
-    def recorded(batch: _Batch, slots: int) -> int:
-        capacities.append(reserve(batch, slots))
+    def recorded(caches: DeviceInPlaceCaches, rows: Any) -> int:
+        capacities.append(prepare(caches, rows))
         return capacities[-1]
 
-    with patch.object(_Batch, "_reserve", recorded):
+    with patch.object(DeviceInPlaceCaches, "prepare", recorded):
         in_place, _ = staggered(fast, requests)
     assert {16, 32, 64} <= set(capacities) and capacities[-1] < 64, f"the buffers did not grow and shrink: {capacities}"
     assert_exact_answers(bundle, requests, in_place)
@@ -180,14 +184,14 @@ def test_compaction_moves_rows_into_holes_and_changes_no_answer(tiny_bundle: Pat
         for i in range(24)
     ]
     moved: list[int] = []
-    compact = _Batch._compact
+    compact = Batch._compact
 
-    def recorded(batch: _Batch) -> None:
+    def recorded(batch: Batch) -> None:
         live = batch.rows.job >= 0
         moved.append(int(np.count_nonzero(live[np.count_nonzero(live) :])))  # live rows past the first n
         compact(batch)
 
-    with patch.object(_Batch, "_compact", recorded):
+    with patch.object(Batch, "_compact", recorded):
         results = decode(Runner(bundle, "cpu", fast=True), requests)
     assert sum(moved) > 0, f"no row moved into a hole: {moved}"
     assert_exact_answers(bundle, requests, results)
@@ -212,7 +216,7 @@ def test_an_empty_batch_keeps_the_encoders_caches(tiny_bundle: Path) -> None:
         decoder.admit([(0, requests[0])])
         batch = decoder.young
         theirs = encoded[0].cross_keys + encoded[0].cross_values
-        assert all(a is b for a, b in zip(batch.cross_keys + batch.cross_values, theirs, strict=True))
+        assert all(a is b for a, b in zip(batch.caches.cross_keys + batch.caches.cross_values, theirs, strict=True))
         results = dict(decoder.step()[0])
         decoder.admit([(1, requests[1]), (2, requests[2])])  # the batch grows: theirs are copied into new rows
         while decoder.num_rows:
@@ -237,7 +241,12 @@ def test_newcomers_take_the_rows_that_buffers_have_room_for(tiny_bundle: Path) -
     assert len(batch.rows) == 3, "nobody left yet"
 
     def buffers() -> list[np.ndarray]:
-        return [*batch.past_keys, *batch.past_values, *batch.cross_keys, *batch.cross_values]
+        return [
+            *batch.caches.past_keys,
+            *batch.caches.past_values,
+            *batch.caches.cross_keys,
+            *batch.caches.cross_values,
+        ]
 
     arrays = [c.base for c in buffers()]
     assert all(a is not None and len(a) == 4 for a in arrays)
@@ -263,11 +272,11 @@ def test_rows_of_one_beam_width_share_their_sources(tiny_bundle: Path) -> None:
     joins = {0: list(range(8)), 5: [8, 9], 9: [10]}  # step -> requests that join before it
     groups: list[int] = []
     moved: list[int] = []
-    compact = _Batch._compact
+    compact = Batch._compact
 
-    def recorded(batch: _Batch) -> None:
+    def recorded(batch: Batch) -> None:
         live = batch.rows.job >= 0
-        if batch.group > 1:
+        if batch.caches.group > 1:
             moved.append(int(np.count_nonzero(live[np.count_nonzero(live) :])))
         compact(batch)
 
@@ -276,13 +285,13 @@ def test_rows_of_one_beam_width_share_their_sources(tiny_bundle: Path) -> None:
     decoder = BatchDecoder(runner)
     decoder.encode(list(enumerate(requests)))
     results: dict[int, DecodeResult] = {}
-    with patch.object(_Batch, "_compact", recorded):
+    with patch.object(Batch, "_compact", recorded):
         for step in itertools.count():
             if step in joins:
                 decoder.join(joins[step])
             if not decoder.num_rows and step > max(joins):
                 break
-            groups.append(decoder.young.group)
+            groups.append(decoder.young.caches.group)
             done, _ = decoder.step()
             results.update((int(k), r) for k, r in done)  # type: ignore[call-overload]
     assert groups[0] == groups[8] == 3 and groups[9] == 1, groups

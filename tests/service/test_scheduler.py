@@ -35,7 +35,7 @@ class CountingRunner(FakeRunner):
         cross_values,
         past_keys,
         past_values,
-        tokens=False,  # never asked: greedy_tokens is False
+        tokens=False,  # never asked: appended caches
     ) -> StepOutput:  # type: ignore[no-untyped-def]
         B = input_ids.shape[0]
         self.step_rows.append(B)

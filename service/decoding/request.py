@@ -1,0 +1,57 @@
+"""The decoder's contract with its callers: one text to decode (:class:`DecodeRequest`) and what comes back
+(:class:`DecodeResult`, best :class:`Hypothesis` first)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class DecodeRequest:
+    """One text to decode.
+
+    Args:
+        src: source ids ending with </s>.
+        beam_size: 1 = greedy.
+        max_length: generated tokens at most (</s> included).
+        length_penalty: finished beam hypotheses rank by score / length^length_penalty.
+        n_best: hypotheses returned (≤ beam_size).
+        forced: target ids (ending with </s>) to force-decode instead of searching.
+        attention: collect encoder, decoder and cross attention.
+        scores: compute each token's log-probability (the log-softmax over the vocabulary, every step). Beam
+            search always does, to rank; without it, greedy and forced hypotheses have NaN scores.
+    """
+
+    src: list[int]
+    beam_size: int = 1
+    max_length: int = 64
+    length_penalty: float = 1.0
+    n_best: int = 1
+    forced: list[int] | None = None
+    attention: bool = False
+    scores: bool = True
+
+
+@dataclass
+class Hypothesis:
+    """One decoded target text."""
+
+    tokens: list[int]  # generated ids, ending with </s> unless max_length cut it
+    token_scores: list[float]  # log-probability of each token (NaN unless the request asked for scores)
+    self_attention: list[np.ndarray] = field(default_factory=list)  # per step (L, h, t + 1)
+    cross_attention: list[np.ndarray] = field(default_factory=list)  # per step (L, h, S)
+
+    @property
+    def score(self) -> float:
+        """The summed log-probability of its tokens."""
+        return float(sum(self.token_scores))
+
+
+@dataclass
+class DecodeResult:
+    """A request's answer."""
+
+    hypotheses: list[Hypothesis]  # best first
+    encoder_attention: np.ndarray | None  # (L, h, S, S)

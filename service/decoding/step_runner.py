@@ -1,0 +1,44 @@
+"""What the decoder needs from a step runner (service/runner.py's :class:`~service.runner.Runner`, or a test's
+fake): the model's spec, the caches' kind of array, the decoder graph's form, an encoder call and a decoder step."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+from service.bundle import GraphForm, ModelSpec
+from service.runner import EncoderOutput, StepOutput
+from service.tensors import Cache, Tensors
+
+
+class StepRunner(Protocol):
+    """An encoder and a decoder step on the key/value cache (see :meth:`service.runner.Runner.step`)."""
+
+    @property
+    def spec(self) -> ModelSpec: ...
+
+    @property
+    def tensors(self) -> Tensors: ...
+
+    @property
+    def form(self) -> GraphForm: ...  # the decoder graph's: it picks the cache layout
+
+    def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray, position_ids: np.ndarray) -> EncoderOutput:
+        """input_ids, attention_mask (texts numbered per row), position_ids (B, S) int64 -> cross keys/values."""
+        ...
+
+    def step(
+        self,
+        input_ids: np.ndarray,
+        position_ids: np.ndarray,
+        encoder_attention_mask: np.ndarray,
+        self_attention_mask: np.ndarray | None,
+        cross_keys: list[Cache],
+        cross_values: list[Cache],
+        past_keys: list[Cache],
+        past_values: list[Cache],
+        tokens: bool = False,
+    ) -> StepOutput:
+        """One decoding step for B rows (``tokens``: greedy tokens instead of logits, greedy_tokens graphs only)."""
+        ...

@@ -83,6 +83,13 @@ class GraphForm:
             raise BundleError(f"{where}: cache {entry['cache']!r}, expected 'appended' or 'in_place'")
         return cls(**entry)
 
+    def to_manifest(self) -> dict[str, Any]:
+        """The ``graph_forms`` entry :meth:`from_manifest` reads back (an encoder's has no cache keys)."""
+        entry: dict[str, Any] = {"role": self.role, "attentions": self.attentions}
+        if self.role == "decoder":
+            entry |= {"cache": self.cache, "grouped_cross": self.grouped_cross, "greedy_tokens": self.greedy_tokens}
+        return entry
+
 
 class Tokenizer:
     """SentencePiece segmentation; ids are SentencePiece's own, or looked up in a piece -> id map (Marian)."""

@@ -97,9 +97,9 @@ def export_bundle(
             "tokenizer": tok,
             "graphs": graphs,
             "graph_forms": {
-                "encoder.onnx": EXACT_ENCODER,
-                "decoder.onnx": EXACT_DECODER,
-                "decoder.fast.onnx": fast_decoder_form(greedy=True),
+                "encoder.onnx": EXACT_ENCODER.to_manifest(),
+                "decoder.onnx": EXACT_DECODER.to_manifest(),
+                "decoder.fast.onnx": fast_decoder_form(greedy=True).to_manifest(),
             },
             "weights": {
                 "source": "float32 graph initializers named as the PyTorch state dict (model/export)",

@@ -1,10 +1,12 @@
 # make serve: set up and serve the shipped bundle on 127.0.0.1:8000.  make test: lint + every test.
+# make test-service: the service's tests in a venv without torch (.venv-service).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+SVENV := .venv-service
 BUNDLE ?= model/bundles/en-ja
 
-.PHONY: serve test lint format clean
+.PHONY: serve test test-service lint format clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -18,6 +20,12 @@ $(VENV)/.dev: pyproject.toml service/*.c service/*.h | $(BIN)/python
 	$(BIN)/pip install -q -e '.[train,dev]'
 	touch $@ $(VENV)/.service
 
+$(SVENV)/.test: pyproject.toml service/*.c service/*.h
+	$(PY) -m venv $(SVENV)
+	$(SVENV)/bin/pip install -q --upgrade pip
+	$(SVENV)/bin/pip install -q -e '.[test]'
+	touch $@
+
 serve: $(VENV)/.service
 	$(BIN)/attnserve serve --bundle $(BUNDLE) --host 127.0.0.1 --port 8000
 
@@ -29,9 +37,13 @@ lint: $(VENV)/.dev
 test: lint
 	$(BIN)/python -m pytest -q
 
+test-service: $(SVENV)/.test
+	$(SVENV)/bin/python -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("torch") is not None)'
+	$(SVENV)/bin/python -m pytest -q tests/service
+
 format: $(VENV)/.dev
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(SVENV) .mypy_cache .pytest_cache .ruff_cache

@@ -1,15 +1,21 @@
-"""Tiny random bundles, so that no test needs a trained model."""
+"""Tiny random bundles, so that no test needs a trained model.
+
+``python -m tests.bundles`` writes the committed ones (tests/fixtures/), which the service's tests use without torch;
+tests/model/export/test_bundle.py checks they are what the exporter writes.
+"""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from model.export import export_bundle
+from model.export import add_int8, export_bundle
 from model.tokenizer import train_sentencepiece
 from model.transformer import Transformer, TransformerConfig, make_model
+from tests.conftest import FIXTURES, TINY, TINY_INT8
 
 SENTENCES = [
     "Open file",
@@ -82,3 +88,22 @@ def make_tiny_bundle(out_dir: Path, work_dir: Path, seed: int = 0, **overrides: 
         tokenizer={"source": spm, "target": spm},
         provenance={"note": "random weights, for tests"},
     )
+
+
+def write_fixtures(out_dir: Path, work_dir: Path) -> None:
+    """Write the committed tiny bundles into ``out_dir``: float32, and the same with the int8 variant."""
+    out_dir = out_dir.resolve()
+    work_dir.mkdir(parents=True, exist_ok=True)
+    with contextlib.chdir(work_dir):  # spm.model records its training prefix: a relative one keeps it byte-identical
+        make_tiny_bundle(out_dir / TINY, Path())
+        add_int8(make_tiny_bundle(out_dir / TINY_INT8, Path()))
+
+
+if __name__ == "__main__":
+    import shutil
+    import tempfile
+
+    for name in (TINY, TINY_INT8):
+        shutil.rmtree(FIXTURES / name, ignore_errors=True)
+    with tempfile.TemporaryDirectory() as work:
+        write_fixtures(FIXTURES, Path(work))

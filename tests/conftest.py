@@ -1,14 +1,25 @@
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 
-from tests.bundles import make_tiny_bundle
+FIXTURES = Path(__file__).resolve().parent / "fixtures"  # written by ``python -m tests.bundles``
+TINY, TINY_INT8 = "tiny-en-ja", "tiny-en-ja-int8"
 
 
-@pytest.fixture(scope="session")
+def _copy(name: str, factory: pytest.TempPathFactory) -> Path:
+    return Path(shutil.copytree(FIXTURES / name, factory.mktemp(name) / "bundle"))
+
+
+@pytest.fixture(scope="package")
 def tiny_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny random en→ja bundle (2+2 layers, 4 heads), built once per test session."""
-    work = tmp_path_factory.mktemp("tiny-bundle")
-    return make_tiny_bundle(work / "bundle", work)
+    """A tiny random en→ja bundle (2+2 layers, 4 heads), copied once from tests/fixtures (no torch needed)."""
+    return _copy(TINY, tmp_path_factory)
+
+
+@pytest.fixture(scope="package")
+def tiny_int8_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same bundle with its int8 variant."""
+    return _copy(TINY_INT8, tmp_path_factory)

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
-from model.export import add_int8
 from service.bundle import BundleError
 from service.engine import Engine
 from service.settings import Settings
@@ -16,9 +14,8 @@ from tests.service.conftest import Server
 BODY = {"q": "Delete the selected files?", "source": "en", "target": "ja", "max_length": 8}
 
 
-def test_int8_translates_and_attention_stays_exact(tiny_bundle: Path, tmp_path: Path) -> None:
-    bundle = Path(shutil.copytree(tiny_bundle, tmp_path / "bundle"))
-    add_int8(bundle)
+def test_int8_translates_and_attention_stays_exact(tiny_int8_bundle: Path) -> None:
+    bundle = tiny_int8_bundle
     fast, exact = Server(Settings(bundles=[bundle], graph_variant="int8")), Server(Settings(bundles=[bundle]))
     with fast, exact, fast.client() as c, exact.client() as e:
         assert c.post("/translate", json=BODY).status_code == 200

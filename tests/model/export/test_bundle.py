@@ -16,7 +16,8 @@ from model.transformer import greedy_decode
 from service.bundle import load_bundle
 from service.decoding import DecodeRequest, decode
 from service.runner import Runner
-from tests.bundles import tiny_model
+from tests.bundles import tiny_model, write_fixtures
+from tests.conftest import FIXTURES, TINY, TINY_INT8
 from tests.model.export.shapes import CONFIGS, sources
 
 
@@ -73,3 +74,14 @@ def test_export_refuses_to_overwrite(spm: Path, tmp_path: Path) -> None:
     manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
     assert set(manifest["sha256"]) == {"encoder.onnx", "decoder.onnx", "decoder.fast.onnx", "spm.model"}
     assert manifest["format"] == "attnserve-bundle/4"
+
+
+def test_the_committed_tiny_bundles_are_what_the_exporter_writes(tmp_path: Path) -> None:
+    write_fixtures(tmp_path / "out", tmp_path / "work")
+    for name in (TINY, TINY_INT8):
+        got, want = (json.loads((d / name / "manifest.json").read_text()) for d in (tmp_path / "out", FIXTURES))
+        for manifest in (got, want):
+            del manifest["provenance"]["exported"]
+        # sha256 covers every graph and the tokenizer, so equal manifests mean equal files
+        assert got == want, f"tests/fixtures/{name} is out of date: python -m tests.bundles"
+        assert sorted(p.name for p in (FIXTURES / name).iterdir()) == sorted(["manifest.json", *want["sha256"]])

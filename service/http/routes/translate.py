@@ -46,7 +46,7 @@ async def translate(request: Request) -> JSONResponse:
     check_options(state.settings, options)
     translations = await engine.translate(texts, options, request.is_disconnected)
     detected = engine.pair[0] if auto else None
-    return JSONResponse(answer(body, translations, detected))  # TranslateResponse's shape: validated once, here
+    return JSONResponse(answer(body, translations, detected))  # already TranslateResponse's: no second validation
 
 
 def answer(body: TranslateRequest, translations: list[Translation], detected: str | None) -> dict[str, Any]:

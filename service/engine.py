@@ -173,6 +173,7 @@ class Engine:
 
     @property
     def pair(self) -> tuple[str, str]:
+        """(source language, target language)."""
         return self.bundle.source_lang, self.bundle.target_lang
 
     @property
@@ -208,6 +209,7 @@ class Engine:
                 await scheduler.start()
 
     async def stop(self) -> None:
+        """Stop the schedulers; texts still queued or decoding fail with DeadlineExceeded."""
         for scheduler in self._unique_schedulers():
             await scheduler.stop()
 
@@ -216,10 +218,12 @@ class Engine:
 
     @property
     def queue_depth(self) -> int:
+        """Texts waiting in the schedulers' queues."""
         return sum(s.queue_depth for s in self._unique_schedulers())
 
     @property
     def active_sequences(self) -> int:
+        """Rows being decoded."""
         return sum(s.active_sequences for s in self._unique_schedulers())
 
     async def translate(self, texts: Sequence[str], options: Options, gone: Gone | None = None) -> list[Translation]:

@@ -46,6 +46,7 @@ def validation_message(errors: Sequence[Mapping[str, Any]]) -> str:
 
 
 def error(status: int, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
+    """An error answer: ``{"error": message}`` with ``status``."""
     return JSONResponse({"error": message}, status_code=status, headers=headers)
 
 

@@ -67,6 +67,7 @@ def answer(body: TranslateRequest, translations: list[Translation], detected: st
 
 
 def details_json(d: Details) -> dict[str, Any]:
+    """``return_details``' object for one text."""
     return {
         "source_tokens": d.source_tokens,
         "tokens": d.tokens,

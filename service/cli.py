@@ -8,11 +8,12 @@ import importlib
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 if TYPE_CHECKING:
+    from service.engine import AttentionResult
     from service.settings import Settings
 
 MODEL_COMMANDS = ("train", "average", "evaluate", "export", "import-marian", "export-marian")
@@ -78,35 +79,31 @@ def serve(settings: Settings) -> int:
 
 def local(args: argparse.Namespace, settings: Settings) -> int:
     from service.bundle import BundleError
-    from service.engine import KINDS, Engine, InputError, Options
+    from service.engine import Engine, Filters, Options
+    from service.errors import ServiceError
 
     try:
         engine = Engine.load(settings.bundles[0], settings)
+        options = Options(beam_size=args.beam_size)
         if args.command == "translate":
-            options = Options(beam_size=args.beam_size)
-            results = engine.decode_now([engine.request(t, options) for t in args.text])
-            texts = [engine.text(r.hypotheses[0]) for r in results]
+            texts = [t.text for t in engine.translate_now(args.text, options)]
             print(json.dumps(texts, ensure_ascii=False) if args.json else "\n".join(texts))
             return 0
-        options = Options(beam_size=args.beam_size, attention=True)
-        request = engine.request(args.text, options, target_text=args.target_text)
-        (result,) = engine.decode_now([request], exact=True)
-        print_attention(engine.attention(request, result, KINDS, None, None))
+        print_attention(engine.attention_now(args.text, options, Filters(), args.target_text))
         return 0
-    except (BundleError, InputError) as e:
+    except (BundleError, ServiceError) as e:
         print(f"attnserve: {e}", file=sys.stderr)
         return 2
 
 
-def print_attention(body: dict[str, Any]) -> None:
+def print_attention(result: AttentionResult) -> None:
     """Per layer and head: the entropy (how spread the weights are) and, for cross-attention, which source token
     each target token attends to most."""
-    src, tgt = body["source_tokens"], body["target_tokens"]
-    print(f"{body['translatedText']}\nsource: {' '.join(src)}\ntarget: {' '.join(tgt)}")
-    for kind in body["layers"]:
-        for layer, heads in zip(body["layers"][kind], body[kind], strict=True):
-            for head, rows in zip(body["heads"], heads, strict=True):
-                a = np.asarray(rows)
+    src, tgt = result.source_tokens, result.target_tokens
+    print(f"{result.text}\nsource: {' '.join(src)}\ntarget: {' '.join(tgt)}")
+    for kind, layers in result.layers.items():
+        for layer, heads in zip(layers, result.weights[kind], strict=True):
+            for head, a in zip(result.heads, heads, strict=True):
                 entropy = float(-(a * np.log(np.clip(a, 1e-12, 1))).sum(-1).mean())
                 line = f"{kind:7s} L{layer} H{head}  entropy {entropy:5.2f}"
                 if kind == "cross":

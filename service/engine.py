@@ -1,85 +1,195 @@
-"""One language pair: a bundle's tokenizer, runner and scheduler, and the text <-> decode-request translation that
-the HTTP API and the command line share (so both give the same answers)."""
+"""One language pair: a bundle's tokenizer, its runners and their schedulers. Texts and options in, translations
+and attention weights out; the HTTP API and the command line share it, so both give the same answers.
+
+It speaks the domain only: it raises service.errors and returns the dataclasses below, which service/http shapes
+into JSON.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from service.bundle import Bundle, load_bundle
 from service.decoding import BatchDecoder, DecodeRequest, DecodeResult, Hypothesis, decode
-from service.runner import CPU, Provider, Runner
-from service.scheduler import Scheduler
+from service.errors import ClientGone, NoSuchIndex, TooLarge
+from service.runner import CPU, Runner
+from service.scheduler import Scheduler, StepStats
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
 
 KINDS = ("encoder", "decoder", "cross")
-
-
-class InputError(ValueError):
-    """A request breaks a limit or names something that does not exist; ``status`` is the HTTP code to answer."""
-
-    def __init__(self, message: str, status: int = 422) -> None:
-        super().__init__(message)
-        self.status = status
+Gone = Callable[[], Awaitable[bool]]  # whether the caller went away (Starlette's Request.is_disconnected)
 
 
 @dataclass(frozen=True)
 class Options:
-    """Decoding options of one request, already checked against the limits."""
+    """Decoding options of one request.
+
+    Args:
+        beam_size: 1 = greedy.
+        max_length: generated tokens at most; default min(settings.max_length, 2 × source tokens + 10).
+        alternatives: extra translations wanted; the beam widens to at least alternatives + 1.
+        length_penalty: finished beam hypotheses rank by score / length^length_penalty.
+        details: add tokens, scores and a cross-attention alignment to each translation.
+    """
 
     beam_size: int = 1
     max_length: int | None = None
-    n_best: int = 1
+    alternatives: int = 0
     length_penalty: float = 1.0
-    attention: bool = False
+    details: bool = False
+
+    @property
+    def beam(self) -> int:
+        """The beam that decodes: ``beam_size``, widened to give the alternatives."""
+        return max(self.beam_size, self.alternatives + 1)
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Which attention weights to return: kinds (subset of :data:`KINDS`), layer and head indices (None = all)."""
+
+    kinds: Sequence[str] = KINDS
+    layers: list[int] | None = None
+    heads: list[int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Details:
+    """One translation's tokens, log-probabilities (six decimals) and word alignment: each target token's most
+    attended source token, last layer, heads averaged."""
+
+    source_tokens: list[str]
+    tokens: list[str]
+    score: float
+    token_scores: list[float]
+    alignment: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class Translation:
+    """One text's translation, its alternatives (texts that read differently, best first) and, if asked, details."""
+
+    text: str
+    alternatives: list[str]
+    details: Details | None
+
+
+@dataclass(frozen=True)
+class AttentionResult:
+    """A translation with its attention weights, [layer][head][query][key] per kind, rounded to six decimals.
+
+    Query t of decoder and cross attention is the step that produced ``target_tokens[t]`` from
+    ``decoder_input_tokens[t]``; decoder self-attention is 0 above the diagonal.
+    """
+
+    source_tokens: list[str]
+    target_tokens: list[str]
+    decoder_input_tokens: list[str]
+    text: str
+    heads: list[int]
+    layers: dict[str, list[int]]  # per kind, in the order asked
+    weights: dict[str, npt.NDArray[np.float64]]
+
+
+@dataclass(frozen=True)
+class Runners:
+    """A bundle's runners: ``exact``, the float32 graphs with attention outputs (/attention), and ``fast``, the
+    graphs of the settings' ``graph_variant`` that /translate uses (``exact`` itself where no other is faster)."""
+
+    exact: Runner
+    fast: Runner
+
+    @classmethod
+    def build(cls, bundle: Bundle, settings: Settings) -> Runners:
+        """The real ONNX Runtime runners for ``settings``: for float32 on the CPU the fast decoder (caches written
+        in place, no attention outputs) sharing the exact runner's encoder, for int8 its quantized graphs, for
+        float16 its exact graphs.
+
+        Raises:
+            BundleError: the bundle has no graphs of ``settings.graph_variant``.
+        """
+        provider, threads, variant = settings.provider, settings.threads, settings.graph_variant
+        exact = Runner(bundle, provider, threads)
+        if variant != "float32":
+            return cls(exact, Runner(bundle, provider, threads, variant))
+        if exact.provider == CPU:
+            return cls(exact, Runner(bundle, provider, threads, fast=True, encoder=exact.encoder))
+        return cls(exact, exact)  # the fast decoder's attention kernels (service/_attention.c) are the CPU's
+
+
+def distinct(texts: list[str], n: int) -> list[str]:
+    """Up to n of ``texts[1:]`` (hypotheses' texts, best first) that differ from ``texts[0]`` and from each other:
+    hypotheses whose pieces differ can read the same, and an alternative that repeats a text tells nothing."""
+    seen = {texts[0]}
+    out: list[str] = []
+    for text in texts[1:]:
+        if len(out) == n:
+            break
+        if text not in seen:
+            seen.add(text)
+            out.append(text)
+    return out
+
+
+def _ignore(_: int) -> None:
+    pass
 
 
 class Engine:
-    """A loaded bundle with its runners; :meth:`start` adds the schedulers that the HTTP service uses.
+    """A loaded bundle with its runners; :meth:`start` adds the schedulers that the served methods use.
 
-    The exact float32 graphs serve /attention. /translate uses the ``graph_variant`` graphs through schedulers of
-    their own: for float32 on the CPU the fast decoder (caches written in place, no attention outputs; on CUDA the
-    exact graphs and their schedulers), for int8 its quantized one, for float16 its exact graphs. Texts that need
-    attention rows (``return_details``) go to the exact graphs when the variant's decoder has no attention outputs.
-    A runner has ``decode_threads`` schedulers (batching loops, each on its thread), which call its sessions
-    concurrently; a request goes to the least busy one.
+    /translate's texts go to the ``fast`` runner's schedulers, except those that need attention rows (``details``)
+    when that runner has no attention outputs: they go to the ``exact`` runner's, as /attention's do. A runner has
+    ``decode_threads`` schedulers (batching loops, each on its thread), which call its sessions concurrently; a
+    request goes to the least busy one.
     """
 
-    def __init__(self, bundle: Bundle, settings: Settings, provider: Provider | None = None) -> None:
+    def __init__(self, bundle: Bundle, settings: Settings, runners: Runners) -> None:
         self.bundle = bundle
         self.settings = settings
         self.tokenizer = bundle.tokenizer
-        provider = provider or settings.provider
-        self.exact = Runner(bundle, provider, settings.threads)
-        variant = settings.graph_variant
-        if variant != "float32":
-            self.fast = Runner(bundle, provider, settings.threads, variant)
-        elif self.exact.provider == CPU:
-            self.fast = Runner(bundle, provider, settings.threads, fast=True, encoder=self.exact.encoder)
-        else:  # the fast decoder's attention kernels (service/_attention.c) are the CPU's
-            self.fast = self.exact
+        self.runners = runners
         self.schedulers: dict[str, list[Scheduler]] = {}  # "exact", "fast": one per decoding thread
+        self._on_input: Callable[[int], object] = _ignore
 
     @classmethod
     def load(cls, path: Path, settings: Settings) -> Engine:
-        return cls(load_bundle(path), settings)
+        """The bundle at ``path`` with its real runners.
+
+        Raises:
+            BundleError: the bundle is missing, corrupted or lacks the settings' graph variant.
+        """
+        bundle = load_bundle(path)
+        return cls(bundle, settings, Runners.build(bundle, settings))
 
     @property
     def pair(self) -> tuple[str, str]:
+        """(source language, target language)."""
         return self.bundle.source_lang, self.bundle.target_lang
 
-    async def start(self, on_step: Any = None) -> None:
+    @property
+    def provider(self) -> str:
+        """The execution provider the exact graphs run on."""
+        return self.runners.exact.provider
+
+    async def start(
+        self, on_step: Callable[[StepStats], None] | None = None, on_input: Callable[[int], object] = _ignore
+    ) -> None:
+        """Start the schedulers; ``on_step`` gets each step's stats (on a decoding thread), ``on_input`` each
+        served request's source tokens once they are accepted."""
         s = self.settings
-        for name, runner in (("exact", self.exact), ("fast", self.fast)):
-            if name == "fast" and runner is self.exact:  # float32 on CUDA: one runner, one set of schedulers
+        self._on_input = on_input
+        for name, runner in (("exact", self.runners.exact), ("fast", self.runners.fast)):
+            if name == "fast" and runner is self.runners.exact:  # one runner, one set of schedulers
                 self.schedulers["fast"] = self.schedulers["exact"]
                 continue
             self.schedulers[name] = [
@@ -99,6 +209,7 @@ class Engine:
                 await scheduler.start()
 
     async def stop(self) -> None:
+        """Stop the schedulers; texts still queued or decoding fail with DeadlineExceeded."""
         for scheduler in self._unique_schedulers():
             await scheduler.stop()
 
@@ -107,93 +218,182 @@ class Engine:
 
     @property
     def queue_depth(self) -> int:
+        """Texts waiting in the schedulers' queues."""
         return sum(s.queue_depth for s in self._unique_schedulers())
 
     @property
     def active_sequences(self) -> int:
+        """Rows being decoded."""
         return sum(s.active_sequences for s in self._unique_schedulers())
 
-    def request(self, text: str, options: Options, target_text: str | None = None) -> DecodeRequest:
+    async def translate(self, texts: Sequence[str], options: Options, gone: Gone | None = None) -> list[Translation]:
+        """Translate texts together through the schedulers (:meth:`start` first).
+
+        Raises:
+            TooLarge: a text is over ``max_chars`` or ``max_tokens``.
+            QueueFull: the scheduler has no room for them all.
+            DeadlineExceeded: ``request_timeout_s`` passed first.
+            ClientGone: ``gone()`` said the caller went away; the texts' rows were freed.
+        """
+        requests = [self._request(t, options, options.details) for t in texts]
+        self._on_input(sum(len(r.src) for r in requests))
+        results = await self._wait(requests, False, gone)
+        return self._translations(requests, results, options)
+
+    def translate_now(self, texts: Sequence[str], options: Options) -> list[Translation]:
+        """:meth:`translate` without a scheduler (the command line), on the same graphs."""
+        requests = [self._request(t, options, options.details) for t in texts]
+        return self._translations(requests, self._decode_now(requests, False), options)
+
+    async def attention(
+        self,
+        text: str,
+        options: Options,
+        filters: Filters,
+        target_text: str | None = None,
+        gone: Gone | None = None,
+    ) -> AttentionResult:
+        """Translate (or force-decode ``target_text``) one text on the exact graphs, with its attention weights.
+
+        Raises:
+            NoSuchIndex: a layer or head in ``filters`` that the model does not have.
+            TooLarge: the text or the target text is over a limit.
+            QueueFull, DeadlineExceeded, ClientGone: as :meth:`translate`.
+        """
+        request = self._attention_request(text, options, filters, target_text)
+        self._on_input(len(request.src))
+        (result,) = await self._wait([request], True, gone)
+        return self._attention_result(request, result, filters)
+
+    def attention_now(
+        self, text: str, options: Options, filters: Filters, target_text: str | None = None
+    ) -> AttentionResult:
+        """:meth:`attention` without a scheduler (the command line)."""
+        request = self._attention_request(text, options, filters, target_text)
+        (result,) = self._decode_now([request], True)
+        return self._attention_result(request, result, filters)
+
+    def warm_up(self) -> None:
+        """Decode one short text so that the first real request does not pay for ONNX Runtime's lazy set-up."""
+        self._decode_now([self._request("Hello.", Options(max_length=4), False)], False)
+
+    def _request(self, text: str, options: Options, attention: bool, target_text: str | None = None) -> DecodeRequest:
         """Tokenize and check one text against the limits.
 
         Raises:
-            InputError: the text is over ``max_chars`` / ``max_tokens`` (413), or the target text is.
+            TooLarge: the text is over ``max_chars`` / ``max_tokens``, or the target text is.
         """
         s = self.settings
         if len(text) > s.max_chars:
-            raise InputError(f"a text has {len(text)} characters; the limit is max_chars={s.max_chars}", 413)
+            raise TooLarge(
+                f"a text has {len(text)} characters; the limit is max_chars={s.max_chars}", "max_chars", s.max_chars
+            )
         src = self.tokenizer.encode_source(text)
         limit = min(s.max_tokens, self.bundle.spec.max_positions)
         if len(src) > limit:
-            raise InputError(f"a text has {len(src)} tokens; the limit is max_tokens={limit}", 413)
-        forced = None
-        if target_text is not None:
-            if len(target_text) > s.max_chars:
-                raise InputError(f"target_text has {len(target_text)} characters; the limit is {s.max_chars}", 413)
-            forced = self.tokenizer.encode_target(target_text)
-            if len(forced) > min(s.max_length, self.bundle.spec.max_positions):
-                raise InputError(f"target_text has {len(forced)} tokens; the limit is max_length={s.max_length}", 413)
+            raise TooLarge(f"a text has {len(src)} tokens; the limit is max_tokens={limit}", "max_tokens", limit)
+        forced = None if target_text is None else self._forced(target_text)
         max_length = options.max_length or min(s.max_length, 2 * len(src) + 10)
         max_length = min(max_length, self.bundle.spec.max_positions)
+        beam = options.beam
         return DecodeRequest(
             src=src,
-            beam_size=options.beam_size,
+            beam_size=beam,
             max_length=max_length,
             length_penalty=options.length_penalty,
-            n_best=options.n_best,
+            n_best=beam if options.alternatives else 1,  # every hypothesis the beam finishes: distinct() picks
             forced=forced,
-            attention=options.attention,
-            scores=options.attention,  # return_details, the one answer that reports scores, also asks for attention
+            attention=attention,
+            scores=attention,  # details, the one answer that reports scores, also asks for attention
         )
 
+    def _forced(self, target_text: str) -> list[int]:
+        s = self.settings
+        if len(target_text) > s.max_chars:
+            raise TooLarge(
+                f"target_text has {len(target_text)} characters; the limit is {s.max_chars}", "max_chars", s.max_chars
+            )
+        forced = self.tokenizer.encode_target(target_text)
+        if len(forced) > min(s.max_length, self.bundle.spec.max_positions):
+            raise TooLarge(
+                f"target_text has {len(forced)} tokens; the limit is max_length={s.max_length}",
+                "max_length",
+                s.max_length,
+            )
+        return forced
+
     def _exact(self, requests: list[DecodeRequest], exact: bool) -> bool:
-        return exact or (not self.fast.attention and any(r.attention for r in requests))
+        return exact or (not self.runners.fast.attention and any(r.attention for r in requests))
 
-    def enqueue(self, requests: list[DecodeRequest], exact: bool = False) -> list[asyncio.Future[DecodeResult]]:
-        """Queue texts together on the least busy scheduler (on the event loop); ``exact`` for the float32 graphs
-        (/attention). Cancelling a future frees its text's rows.
-
-        Raises:
-            QueueFull: the scheduler has no room for them all.
-        """
+    async def _wait(self, requests: list[DecodeRequest], exact: bool, gone: Gone | None) -> list[DecodeResult]:
+        """Queue texts together on the least busy scheduler and wait for them, giving up (and freeing their rows)
+        if the caller goes away. It looks after 1 s, as nearly every answer comes first, then every 2 s: each look
+        costs the event loop, which the decoding thread then waits for (the GIL). No task of its own either."""
         assert self.schedulers, "Engine.start() was not called"
         group = self.schedulers["exact" if self._exact(requests, exact) else "fast"]
         scheduler = group[0] if len(group) == 1 else min(group, key=lambda s: s.queue_depth + s.active_sequences)
-        return scheduler.submit_many(requests, self.settings.request_timeout_s)  # on the least busy
+        futures = scheduler.submit_many(requests, self.settings.request_timeout_s)
+        try:
+            wait = 1.0
+            while True:
+                done, pending = await asyncio.wait(futures, timeout=wait, return_when=asyncio.FIRST_EXCEPTION)
+                for f in done:
+                    if (failure := f.exception()) is not None:
+                        raise failure
+                if not pending:
+                    return [f.result() for f in futures]
+                if gone is not None and await gone():
+                    raise ClientGone()
+                wait = min(2 * wait, 2.0)
+        finally:
+            for f in futures:
+                f.cancel()  # nothing for a finished one; an unfinished one's rows are freed
 
-    def decode_now(self, requests: list[DecodeRequest], exact: bool = False) -> list[DecodeResult]:
-        """Decode without a scheduler (the command line), on the same graphs as :meth:`enqueue`."""
-        return decode(self.exact if self._exact(requests, exact) else self.fast, requests)
+    def _decode_now(self, requests: list[DecodeRequest], exact: bool) -> list[DecodeResult]:
+        runners = self.runners
+        return decode(runners.exact if self._exact(requests, exact) else runners.fast, requests)
 
-    def text(self, hyp: Hypothesis) -> str:
-        return self.tokenizer.decode(hyp.tokens)
+    def _translations(
+        self, requests: list[DecodeRequest], results: list[DecodeResult], options: Options
+    ) -> list[Translation]:
+        out = []
+        for request, result in zip(requests, results, strict=True):
+            texts = [self.tokenizer.decode(h.tokens) for h in result.hypotheses]
+            details = self._details(request, result.hypotheses[0]) if options.details else None
+            out.append(Translation(texts[0], distinct(texts, options.alternatives), details))
+        return out
 
-    def details(self, request: DecodeRequest, hyp: Hypothesis) -> dict[str, Any]:
-        """Tokens, scores and a word alignment (each target token's most attended source token, last layer, heads
-        averaged) for ``return_details``."""
+    def _details(self, request: DecodeRequest, hyp: Hypothesis) -> Details:
         cross = np.stack(hyp.cross_attention)  # (T, L, h, S)
         alignment = cross[:, -1].mean(axis=1).argmax(axis=-1)
-        return {
-            "source_tokens": self.tokenizer.pieces(request.src),
-            "tokens": self.tokenizer.pieces(hyp.tokens),
-            "score": round(hyp.score, 6),
-            "token_scores": [round(x, 6) for x in hyp.token_scores],
-            "alignment": [int(a) for a in alignment],
-        }
+        return Details(
+            source_tokens=self.tokenizer.pieces(request.src),
+            tokens=self.tokenizer.pieces(hyp.tokens),
+            score=round(hyp.score, 6),
+            token_scores=[round(x, 6) for x in hyp.token_scores],
+            alignment=[int(a) for a in alignment],
+        )
 
-    def attention(
-        self,
-        request: DecodeRequest,
-        result: DecodeResult,
-        kinds: Sequence[str],
-        layers: list[int] | None,
-        heads: list[int] | None,
-    ) -> dict[str, Any]:
-        """The /attention response body: tokens, translation and [layer][head][query][key] arrays per kind."""
+    def _attention_request(
+        self, text: str, options: Options, filters: Filters, target_text: str | None
+    ) -> DecodeRequest:
+        """Raises NoSuchIndex for a layer or head that does not exist in the requested kinds, else as _request."""
+        spec = self.bundle.spec
+        for kind in filters.kinds:
+            n = spec.n_encoder_layers if kind == "encoder" else spec.n_decoder_layers
+            bad = [i for i in filters.layers or [] if not 0 <= i < n]
+            if bad:
+                raise NoSuchIndex(f"layers {bad} do not exist for {kind} attention: it has layers 0..{n - 1}")
+        bad = [i for i in filters.heads or [] if not 0 <= i < spec.h]
+        if bad:
+            raise NoSuchIndex(f"heads {bad} do not exist: the model has heads 0..{spec.h - 1}")
+        return self._request(text, options, True, target_text)
+
+    def _attention_result(self, request: DecodeRequest, result: DecodeResult, filters: Filters) -> AttentionResult:
         hyp = result.hypotheses[0]
+        spec = self.bundle.spec
         T = len(hyp.tokens)
-        L_dec = self.bundle.spec.n_decoder_layers
-        self_att = np.zeros((L_dec, self.bundle.spec.h, T, T), np.float32)
+        self_att = np.zeros((spec.n_decoder_layers, spec.h, T, T), np.float32)
         for t, row in enumerate(hyp.self_attention):  # row (L, h, t + 1): no position attends to a later one
             self_att[:, :, t, : t + 1] = row
         arrays = {
@@ -201,36 +401,21 @@ class Engine:
             "decoder": self_att,
             "cross": np.stack(hyp.cross_attention, axis=2),  # (L_dec, h, T, S)
         }
-        start = self.tokenizer.pieces([self.bundle.spec.decoder_start_id])
-        body: dict[str, Any] = {
-            "source_tokens": self.tokenizer.pieces(request.src),
-            "target_tokens": self.tokenizer.pieces(hyp.tokens),
-            "decoder_input_tokens": start + self.tokenizer.pieces(hyp.tokens[:-1]),
-            "translatedText": self.text(hyp),
-            "layers": {},
-            "heads": list(range(self.bundle.spec.h)) if heads is None else heads,
-        }
-        for kind in kinds:
+        heads = list(range(spec.h)) if filters.heads is None else filters.heads
+        layers: dict[str, list[int]] = {}
+        weights: dict[str, npt.NDArray[np.float64]] = {}
+        for kind in dict.fromkeys(filters.kinds):
             a = arrays[kind]
             assert a is not None
-            chosen = list(range(a.shape[0])) if layers is None else layers
-            body["layers"][kind] = chosen
-            body[kind] = np.round(a[chosen][:, body["heads"]].astype(np.float64), 6).tolist()
-        return body
-
-    def check_filters(self, kinds: Sequence[str], layers: list[int] | None, heads: list[int] | None) -> None:
-        """Raises InputError (422) for a layer or head index that does not exist in the requested kinds."""
-        spec = self.bundle.spec
-        for kind in kinds:
-            n = spec.n_encoder_layers if kind == "encoder" else spec.n_decoder_layers
-            bad = [i for i in layers or [] if not 0 <= i < n]
-            if bad:
-                raise InputError(f"layers {bad} do not exist for {kind} attention: it has layers 0..{n - 1}")
-        bad = [i for i in heads or [] if not 0 <= i < spec.h]
-        if bad:
-            raise InputError(f"heads {bad} do not exist: the model has heads 0..{spec.h - 1}")
-
-
-def warm_up(engine: Engine) -> None:
-    """Decode one short text so that the first real request does not pay for ONNX Runtime's lazy set-up."""
-    engine.decode_now([engine.request("Hello.", Options(max_length=4))])
+            layers[kind] = list(range(a.shape[0])) if filters.layers is None else filters.layers
+            weights[kind] = a[layers[kind]][:, heads].astype(np.float64).round(6)
+        start = self.tokenizer.pieces([spec.decoder_start_id])
+        return AttentionResult(
+            source_tokens=self.tokenizer.pieces(request.src),
+            target_tokens=self.tokenizer.pieces(hyp.tokens),
+            decoder_input_tokens=start + self.tokenizer.pieces(hyp.tokens[:-1]),
+            text=self.tokenizer.decode(hyp.tokens),
+            heads=heads,
+            layers=layers,
+            weights=weights,
+        )

@@ -39,8 +39,8 @@ class Settings(BaseSettings):
         le=64,
         description="Batching loops per graph variant, each on its own thread with its own batches, sharing the "
         "ONNX Runtime sessions; a request goes to the least busy one. ONNX Runtime calls of this small model "
-        "scale little with intra-op threads: with 2 cores, 2 decoding threads of 1 thread each served 1.3× the "
-        "texts per second of 1 decoding thread of 2 (docs/ARCHITECTURE.md).",
+        "scale little with intra-op threads, so on a few cores several decoding threads of one thread each serve "
+        "more texts per second than one decoding thread of several (docs/BENCHMARKS.md).",
     )
     graph_variant: Literal["float32", "int8", "float16"] = Field(
         "float32",
@@ -69,8 +69,8 @@ class Settings(BaseSettings):
         description="While the batch is full, rows' worth of queued texts encoded ahead with those that join now "
         "(one encoder call for many texts costs less a text); 0 = encode texts only when they join.",
     )
-    # About a second of the fastest throughput (int8, one thread: ~1,000 texts/s), the p99 a service aims at: with
-    # 256, Poisson bursts at 950 requests/s got 503s while p99 was 290 ms (int8, bench/peers.py's load).
+    # About a second of the fastest throughput, the p99 a service aims at: a shorter queue turns Poisson bursts into
+    # 503s while answers are still fast (docs/BENCHMARKS.md).
     queue_size: int = Field(
         1024, ge=1, description="Texts waiting for a slot, per decoding thread; beyond it requests get 503."
     )

@@ -89,5 +89,5 @@ def test_two_decoding_threads_give_the_same_answers_and_share_the_work(
     assert [r.json() for r in a] == [r.json() for r in b]
     engine = next(iter(two.app.state.attnserve.engines.values()))
     schedulers = engine.schedulers["fast"]
-    assert len(schedulers) == 2 and all(s.decoder.runner is engine.fast for s in schedulers)
+    assert len(schedulers) == 2 and all(s.decoder.runner is engine.runners.fast for s in schedulers)
     assert stepped == {id(s.decoder) for s in schedulers}, "both decoding threads should have decoded"

@@ -1,78 +1,15 @@
-"""The HTTP API against a real uvicorn on loopback, with a tiny random bundle."""
+"""POST /attention against a real uvicorn on loopback: shapes, causality, the ONNX steps' weights, filters."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 import pytest
 
-from service.api import distinct
 from service.bundle import load_bundle
-from service.cli import main
 from tests.service.conftest import Server
-
-TEXTS = ["Open file", "Settings", "Delete the selected files?", "Could not open %s: permission denied"]
-
-
-def test_translate_equals_the_command_line(server: Server, tiny_bundle: Path, capsys: pytest.CaptureFixture) -> None:
-    with server.client() as c:
-        r = c.post("/translate", json={"q": TEXTS, "source": "en", "target": "ja"})
-    assert r.status_code == 200, r.text
-    assert main(["translate", "--bundle", str(tiny_bundle), "--json", *TEXTS]) == 0
-    assert r.json()["translatedText"] == json.loads(capsys.readouterr().out)
-
-
-def test_lists_keep_order_and_single_text_gives_a_string(server: Server) -> None:
-    with server.client() as c:
-        many = c.post("/translate", json={"q": TEXTS, "source": "en", "target": "ja"}).json()["translatedText"]
-        ones = [c.post("/translate", json={"q": t, "source": "en", "target": "ja"}).json() for t in TEXTS]
-        reversed_ = c.post("/translate", json={"q": TEXTS[::-1], "source": "en", "target": "ja"}).json()
-    assert all(isinstance(o["translatedText"], str) for o in ones)
-    assert many == [o["translatedText"] for o in ones]
-    assert reversed_["translatedText"] == many[::-1]
-
-
-def test_form_encoded_and_auto_source(server: Server) -> None:
-    with server.client() as c:
-        form = c.post("/translate", data={"q": TEXTS[0], "source": "en", "target": "ja"})
-        auto = c.post("/translate", json={"q": TEXTS[0], "source": "auto", "target": "ja"})
-        json_ = c.post("/translate", json={"q": TEXTS[0], "source": "en", "target": "ja"})
-    assert form.status_code == 200, form.text
-    assert form.json()["translatedText"] == json_.json()["translatedText"] == auto.json()["translatedText"]
-    assert auto.json()["detectedLanguage"] == {"confidence": 100, "language": "en"}
-
-
-def test_alternatives_and_details(server: Server) -> None:
-    with server.client() as c:
-        r = c.post(
-            "/translate",
-            json={"q": TEXTS[0], "source": "en", "target": "ja", "alternatives": 2, "return_details": True},
-        ).json()
-    alternatives = r["alternatives"]
-    assert 0 < len(alternatives) <= 2 and len(set(alternatives)) == len(alternatives)
-    assert r["translatedText"] not in alternatives
-    d = r["details"]
-    assert d["source_tokens"][-1] == "</s>"
-    assert len(d["tokens"]) == len(d["token_scores"]) == len(d["alignment"])
-    assert all(0 <= a < len(d["source_tokens"]) for a in d["alignment"])
-    with server.client() as c:  # greedy, where scores are computed only when details are asked for
-        greedy = c.post("/translate", json={"q": TEXTS[0], "source": "en", "target": "ja", "return_details": True})
-    g = greedy.json()["details"]
-    assert all(-1e9 < x <= 0 for x in g["token_scores"]) and g["score"] == pytest.approx(sum(g["token_scores"]))
-
-
-def test_alternatives_skip_texts_already_given() -> None:
-    assert distinct(["a", "a", "b", "a", "b", "c", "d"], 2) == ["b", "c"]
-    assert distinct(["a", "a", "a"], 2) == []
-    assert distinct(["a"], 1) == []
-
-
-def test_languages_in_libretranslate_shape(server: Server) -> None:
-    with server.client() as c:
-        assert c.get("/languages").json() == [{"code": "en", "name": "English", "targets": ["ja"]}]
 
 
 def attention(server: Server, **body: object) -> dict:
@@ -160,15 +97,3 @@ def test_attention_bad_requests(server: Server, body: dict, status: int, needle:
     with server.client() as c:
         r = c.post("/attention", json=body)
     assert r.status_code == status and needle in r.json()["error"], r.text
-
-
-def test_openapi_documents_the_request_bodies_with_examples(server: Server) -> None:
-    with server.client() as c:
-        schema = c.get("/openapi.json").json()
-    for name, path in (("TranslateRequest", "/translate"), ("AttentionRequest", "/attention")):
-        assert schema["components"]["schemas"][name]["examples"], name
-        body = schema["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
-        assert body == {"$ref": f"#/components/schemas/{name}"}
-    with server.client() as c:
-        for example in schema["components"]["schemas"]["TranslateRequest"]["examples"]:
-            assert c.post("/translate", json=example).status_code == 200, example

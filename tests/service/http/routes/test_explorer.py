@@ -22,7 +22,7 @@ from tests.service.conftest import Server
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Request, ViewportSize
 
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+ARTIFACTS = Path(__file__).resolve().parents[4] / "test-artifacts"
 PHONE: ViewportSize = {"width": 390, "height": 844}
 TEXT = "Delete the selected files?"
 LAYERS, HEADS = 2, 4  # the tiny bundle's decoder and encoder layers, and heads

@@ -1,0 +1,48 @@
+"""The service's domain errors: what a request asks that the service cannot do, each message saying how to fix it.
+
+They know nothing of HTTP; service/http/errors.py maps each to a status code.
+"""
+
+from __future__ import annotations
+
+
+class ServiceError(Exception):
+    """A request the service refuses; the message says what is wrong and how to fix it."""
+
+
+class UnknownPair(ServiceError):
+    """No served model translates the requested language pair."""
+
+
+class AmbiguousSource(ServiceError):
+    """``source="auto"`` while several served pairs translate into the target."""
+
+
+class OverLimit(ServiceError):
+    """A request goes past one of the service's limits.
+
+    Attributes:
+        field: the setting that sets the limit (``max_chars``, ``max_beam_size``, ...).
+        limit: its value.
+    """
+
+    def __init__(self, message: str, field: str, limit: int) -> None:
+        super().__init__(message)
+        self.field = field
+        self.limit = limit
+
+
+class TooLarge(OverLimit):
+    """An input is larger than a limit allows: characters, tokens, texts or body bytes."""
+
+
+class OptionOverLimit(OverLimit):
+    """A decoding option asks for more than the server allows (beam size, generated length)."""
+
+
+class NoSuchIndex(ServiceError):
+    """An attention filter names a layer or head that the model does not have."""
+
+
+class ClientGone(Exception):
+    """The caller went away before its answer was ready; its texts' rows were freed."""

@@ -1,0 +1,112 @@
+"""The HTTP layer's own refusals, and the one table that maps every refusal to a status code and an error body.
+
+Every error answer is ``{"error": "<what is wrong and how to fix it>"}``, never a stack trace.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
+
+from service.errors import AmbiguousSource, ClientGone, NoSuchIndex, OptionOverLimit, TooLarge, UnknownPair
+from service.metrics import Metrics
+from service.scheduler import DeadlineExceeded, QueueFull
+
+log = logging.getLogger("attnserve")
+
+
+class MalformedBody(Exception):
+    """The body is neither a JSON object nor form data."""
+
+
+class InvalidField(Exception):
+    """A field of the body is missing or has a wrong value."""
+
+
+class UnsupportedFormat(Exception):
+    """The request asks for a text format the service does not translate."""
+
+
+class Forbidden(Exception):
+    """API keys are configured and the request carries none of them."""
+
+
+def validation_message(errors: Sequence[Mapping[str, Any]]) -> str:
+    """Pydantic's errors as one line: ``invalid request: <field>: <message>; ...``."""
+    parts = [f"{'.'.join(str(x) for x in err['loc']) or 'body'}: {err['msg']}" for err in errors]
+    return "invalid request: " + "; ".join(parts)
+
+
+def error(status: int, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
+    """An error answer: ``{"error": message}`` with ``status``."""
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """How one kind of refusal is answered: its status, its ``rejected_total`` reason (None: not counted), its
+    message and headers."""
+
+    status: int
+    reason: str | None
+    message: Callable[[Any], str] = str
+    headers: Callable[[Any], dict[str, str]] | None = None
+
+
+def _gone(_: Exception) -> str:
+    return "the client closed the connection"
+
+
+def _retry_after(e: QueueFull) -> dict[str, str]:
+    return {"Retry-After": str(e.retry_after)}
+
+
+STATUS: dict[type[Exception], Rule] = {
+    MalformedBody: Rule(400, "invalid"),
+    UnsupportedFormat: Rule(400, "invalid"),
+    UnknownPair: Rule(400, "invalid"),
+    AmbiguousSource: Rule(400, "invalid"),
+    Forbidden: Rule(403, "auth"),
+    TooLarge: Rule(413, "too_large"),
+    InvalidField: Rule(422, "invalid"),
+    OptionOverLimit: Rule(422, "invalid"),
+    NoSuchIndex: Rule(422, "invalid"),
+    RequestValidationError: Rule(422, None, lambda e: validation_message(e.errors())),
+    ClientGone: Rule(499, None, _gone),
+    ClientDisconnect: Rule(499, None, _gone),  # gone while its body was still coming
+    QueueFull: Rule(503, "queue_full", lambda e: f"{e}: the server is at capacity", _retry_after),
+    DeadlineExceeded: Rule(504, "deadline", lambda e: f"{e}; try a shorter text or retry later"),
+}
+
+
+def install(app: FastAPI, metrics: Callable[[], Metrics | None]) -> None:
+    """Answer every exception as :data:`STATUS` says (counting rejections in ``metrics()``), Starlette's own
+    (404, 405) with their status, and anything else as a logged 500."""
+    for kind, rule in STATUS.items():
+        app.add_exception_handler(kind, _handler(rule, metrics))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
+        return error(e.status_code, str(e.detail), getattr(e, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, e: Exception) -> JSONResponse:
+        log.exception("unexpected error on %s", request.url.path)
+        return error(500, "internal error; the server logged the details")
+
+
+def _handler(rule: Rule, metrics: Callable[[], Metrics | None]) -> Callable[[Request, Exception], Any]:
+    async def handle(request: Request, e: Exception) -> JSONResponse:
+        if rule.reason is not None and (m := metrics()) is not None:
+            m.reject(rule.reason)
+        return error(rule.status, rule.message(e), rule.headers(e) if rule.headers else None)
+
+    return handle

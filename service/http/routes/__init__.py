@@ -1,0 +1,15 @@
+"""One router per resource, in the order the OpenAPI document lists them."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from service.http.routes import attention, explorer, languages, operations, translate
+
+ROUTERS: tuple[APIRouter, ...] = (
+    translate.router,
+    attention.router,
+    languages.router,
+    operations.router,
+    explorer.router,
+)

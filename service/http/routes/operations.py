@@ -1,0 +1,42 @@
+"""What operators and their tools read: GET /healthz, /readyz and /metrics."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+
+from service.http.auth import bearer, matches
+from service.http.errors import error
+from service.http.schemas import ErrorResponse
+from service.http.state import state_of
+
+router = APIRouter()
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    """Alive: the process answers."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz", responses={503: {"model": ErrorResponse}})
+async def readyz(request: Request) -> Response:
+    """Ready: every bundle is loaded and has decoded once."""
+    state = state_of(request)
+    if not state.ready:
+        return error(503, "warming up", {"Retry-After": "1"})
+    return JSONResponse({"status": "ready", "models": [e.bundle.name for e in state.engines.values()]})
+
+
+@router.get("/metrics", include_in_schema=False)
+async def metrics(request: Request) -> Response:
+    """The Prometheus metrics; with ``metrics_token`` set, only for ``Authorization: Bearer <token>``."""
+    state = state_of(request)
+    token = state.settings.metrics_token
+    if token:
+        given = bearer(request)
+        if given is None:
+            return error(401, "/metrics needs 'Authorization: Bearer <token>'", {"WWW-Authenticate": "Bearer"})
+        if not matches(given, token):
+            return error(403, "wrong metrics token")
+    return Response(state.metrics.render(), media_type=state.metrics.content_type)

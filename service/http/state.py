@@ -1,0 +1,45 @@
+"""What the lifespan creates and the routes use: settings, engines by language pair, metrics, readiness."""
+
+from __future__ import annotations
+
+from fastapi import Request
+
+from service.engine import Engine
+from service.errors import AmbiguousSource, UnknownPair
+from service.metrics import Metrics
+from service.settings import Settings
+
+
+class State:
+    """The app's state (``app.state.attnserve``)."""
+
+    def __init__(self, settings: Settings, engines: list[Engine], metrics: Metrics) -> None:
+        self.settings = settings
+        self.engines = {e.pair: e for e in engines}
+        self.metrics = metrics
+        self.ready = False
+
+    def engine(self, source: str, target: str) -> tuple[Engine, bool]:
+        """The engine for a pair; ``source="auto"`` picks the only pair with that target. Returns (engine, auto).
+
+        Raises:
+            UnknownPair: no engine serves the pair.
+            AmbiguousSource: ``source="auto"`` and several pairs translate into ``target``.
+        """
+        if source == "auto":
+            found = [e for (_, t), e in self.engines.items() if t == target]
+            if len(found) == 1:
+                return found[0], True
+            if found:
+                raise AmbiguousSource(f"several pairs translate into {target!r}; set 'source' explicitly")
+        elif (source, target) in self.engines:
+            return self.engines[(source, target)], False
+        pairs = ", ".join(f"{s}→{t}" for s, t in self.engines)
+        raise UnknownPair(f"no model translates {source}→{target}; this server serves {pairs} (GET /languages)")
+
+
+def state_of(request: Request) -> State:
+    """The app's :class:`State`, read directly rather than through a FastAPI dependency: resolving one costs the
+    event loop time on every request, which the decoding thread then waits for (the GIL)."""
+    state: State = request.app.state.attnserve
+    return state

@@ -1,0 +1,85 @@
+"""POST /translate against a real uvicorn on loopback, with a tiny random bundle."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from service.cli import main
+from tests.service.conftest import Server, ServerFactory
+
+OK = {"q": "Open file", "source": "en", "target": "ja"}
+TEXTS = ["Open file", "Settings", "Delete the selected files?", "Could not open %s: permission denied"]
+
+
+def test_translate_equals_the_command_line(server: Server, tiny_bundle: Path, capsys: pytest.CaptureFixture) -> None:
+    with server.client() as c:
+        r = c.post("/translate", json={"q": TEXTS, "source": "en", "target": "ja"})
+    assert r.status_code == 200, r.text
+    assert main(["translate", "--bundle", str(tiny_bundle), "--json", *TEXTS]) == 0
+    assert r.json()["translatedText"] == json.loads(capsys.readouterr().out)
+
+
+def test_lists_keep_order_and_single_text_gives_a_string(server: Server) -> None:
+    with server.client() as c:
+        many = c.post("/translate", json={"q": TEXTS, "source": "en", "target": "ja"}).json()["translatedText"]
+        ones = [c.post("/translate", json={"q": t, "source": "en", "target": "ja"}).json() for t in TEXTS]
+        reversed_ = c.post("/translate", json={"q": TEXTS[::-1], "source": "en", "target": "ja"}).json()
+    assert all(isinstance(o["translatedText"], str) for o in ones)
+    assert many == [o["translatedText"] for o in ones]
+    assert reversed_["translatedText"] == many[::-1]
+
+
+def test_form_encoded_and_auto_source(server: Server) -> None:
+    with server.client() as c:
+        form = c.post("/translate", data={"q": TEXTS[0], "source": "en", "target": "ja"})
+        auto = c.post("/translate", json={"q": TEXTS[0], "source": "auto", "target": "ja"})
+        json_ = c.post("/translate", json={"q": TEXTS[0], "source": "en", "target": "ja"})
+    assert form.status_code == 200, form.text
+    assert form.json()["translatedText"] == json_.json()["translatedText"] == auto.json()["translatedText"]
+    assert auto.json()["detectedLanguage"] == {"confidence": 100, "language": "en"}
+
+
+def test_alternatives_and_details(server: Server) -> None:
+    with server.client() as c:
+        r = c.post(
+            "/translate",
+            json={"q": TEXTS[0], "source": "en", "target": "ja", "alternatives": 2, "return_details": True},
+        ).json()
+    alternatives = r["alternatives"]
+    assert 0 < len(alternatives) <= 2 and len(set(alternatives)) == len(alternatives)
+    assert r["translatedText"] not in alternatives
+    d = r["details"]
+    assert d["source_tokens"][-1] == "</s>"
+    assert len(d["tokens"]) == len(d["token_scores"]) == len(d["alignment"])
+    assert all(0 <= a < len(d["source_tokens"]) for a in d["alignment"])
+    with server.client() as c:  # greedy, where scores are computed only when details are asked for
+        greedy = c.post("/translate", json={"q": TEXTS[0], "source": "en", "target": "ja", "return_details": True})
+    g = greedy.json()["details"]
+    assert all(-1e9 < x <= 0 for x in g["token_scores"]) and g["score"] == pytest.approx(sum(g["token_scores"]))
+
+
+def test_a_caller_that_went_away_frees_its_rows(make_server: ServerFactory) -> None:
+    server = make_server(max_batch_size=1, max_wait_ms=0)  # one text at a time: far longer than the 0.3 s timeout
+    body = {**OK, "q": ["Delete the selected files?"] * 48, "max_length": 250}  # random weights: no early </s>
+
+    def busy() -> float:
+        """Rows being decoded and texts queued: between two texts no row is active, but the queue is not empty."""
+        with server.client() as c:
+            lines = c.get("/metrics").text.splitlines()
+        gauges = ("attnserve_active_sequences ", "attnserve_queue_depth ")
+        return sum(float(ln.split()[1]) for ln in lines if ln.startswith(gauges))
+
+    with pytest.raises(httpx.ReadTimeout), server.client(timeout=0.3) as c:
+        c.post("/translate", json=body)
+    for _ in range(100):  # the route looks for the disconnect after 1 s, then 2 s later
+        if busy() == 0:
+            break
+        time.sleep(0.05)
+    assert busy() == 0
+    with server.client() as c:
+        assert c.post("/translate", json=OK).status_code == 200

@@ -12,12 +12,13 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from service.bundle import Bundle, load_bundle
-from service.decoding import BatchDecoder, DecodeRequest, DecodeResult, Hypothesis, decode
+from service.decoding import BatchDecoder, DecodeRequest, DecodeResult, Hypothesis, StepRunner, decode
 from service.errors import ClientGone, NoSuchIndex, TooLarge
 from service.runner import CPU, Runner
 from service.scheduler import Scheduler, StepStats
@@ -100,13 +101,23 @@ class AttentionResult:
     weights: dict[str, npt.NDArray[np.float64]]
 
 
+class ServingRunner(StepRunner, Protocol):
+    """A step runner as the engine serves it (service/runner.py's :class:`~service.runner.Runner`, or a fake)."""
+
+    @property
+    def attention(self) -> bool: ...  # its graphs give attention weights (else such requests go to ``exact``)
+
+    @property
+    def provider(self) -> str: ...  # ONNX Runtime's execution provider
+
+
 @dataclass(frozen=True)
 class Runners:
     """A bundle's runners: ``exact``, the float32 graphs with attention outputs (/attention), and ``fast``, the
     graphs of the settings' ``graph_variant`` that /translate uses (``exact`` itself where no other is faster)."""
 
-    exact: Runner
-    fast: Runner
+    exact: ServingRunner
+    fast: ServingRunner
 
     @classmethod
     def build(cls, bundle: Bundle, settings: Settings) -> Runners:

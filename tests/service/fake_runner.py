@@ -48,5 +48,51 @@ class FakeRunner:
         raise NotImplementedError("a test's runner gives its step")
 
 
+SPEC = ModelSpec(
+    vocab_size=16, d_model=4, h=2, n_encoder_layers=1, n_decoder_layers=1, max_positions=64,
+    pad_id=15, eos_id=0, unk_id=1, decoder_start_id=15,
+)  # fmt: skip
+
+
+class CountingRunner(FakeRunner):
+    """Sequence i emits tokens src[0]+1, src[0]+2, ... and </s> after len(src) tokens."""
+
+    spec = SPEC
+
+    def step(
+        self,
+        input_ids: np.ndarray,
+        position_ids: np.ndarray,
+        encoder_attention_mask: np.ndarray,
+        self_attention_mask: np.ndarray | None,
+        cross_keys: list[Cache],
+        cross_values: list[Cache],
+        past_keys: list[Cache],
+        past_values: list[Cache],
+        tokens: bool = False,  # never asked: appended caches
+    ) -> StepOutput:
+        B = input_ids.shape[0]
+        self.step_rows.append(B)
+        first, length = cross_keys[0][:, 0, 0, 0], cross_keys[0][:, 0, 0, 1]
+        t = position_ids[:, 0] + 1
+        nxt = np.where(t >= length, 0, (first + t) % 14 + 1).astype(int)
+        logits = np.full((B, 16), -10.0, np.float32)
+        logits[np.arange(B), nxt] = 10.0
+        assert self_attention_mask is not None
+        T = self_attention_mask.shape[1]
+        kv = np.zeros((B, 2, T, 2), np.float32)
+        return StepOutput(
+            logits,
+            [kv],
+            [kv.copy()],
+            np.zeros((1, B, 2, T), np.float32),
+            np.zeros((1, B, 2, cross_keys[0].shape[2]), np.float32),
+        )
+
+
+def expected(src: list[int]) -> list[int]:
+    return [(src[0] + t) % 14 + 1 for t in range(1, len(src))] + [0]
+
+
 def _typed(runner: FakeRunner) -> StepRunner:
     return runner  # mypy: a FakeRunner is a StepRunner

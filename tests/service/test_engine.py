@@ -15,7 +15,7 @@ from service.engine import Engine, Filters, Options, Runners, Translation, disti
 from service.errors import NoSuchIndex, TooLarge
 from service.http import errors
 from service.settings import Settings
-from tests.service.test_scheduler import SPEC, CountingRunner, expected
+from tests.service.fake_runner import SPEC, CountingRunner, expected
 
 
 class Runner(CountingRunner):

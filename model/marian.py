@@ -109,32 +109,32 @@ def config_to_hf(c: TransformerConfig) -> dict[str, Any]:
     """
     if c.normalize_before or not c.tie_embeddings:
         raise ValueError("only post-LN models with tied embeddings can be written as a MarianMTModel")
-    return dict(
-        vocab_size=c.vocab_size,
-        decoder_vocab_size=c.vocab_size,
-        d_model=c.d_model,
-        encoder_layers=c.n_encoder_layers,
-        decoder_layers=c.n_decoder_layers,
-        encoder_attention_heads=c.h,
-        decoder_attention_heads=c.h,
-        encoder_ffn_dim=c.d_ff,
-        decoder_ffn_dim=c.d_ff,
-        activation_function={"swish": "swish", "relu": "relu", "gelu": "gelu"}[c.activation],
-        max_position_embeddings=c.max_positions,
-        pad_token_id=c.pad_id,
-        eos_token_id=c.eos_id,
-        decoder_start_token_id=c.decoder_start_id,
-        forced_eos_token_id=None,  # our decoders do not force </s> at max_length
-        bad_words_ids=[[c.pad_id]],
-        scale_embedding=c.scale_embedding,
-        dropout=c.dropout,
-        attention_dropout=0.0,
-        activation_dropout=0.0,
-        share_encoder_decoder_embeddings=True,
-        tie_word_embeddings=True,
-        num_beams=1,
-        max_length=c.max_positions,
-    )
+    return {
+        "vocab_size": c.vocab_size,
+        "decoder_vocab_size": c.vocab_size,
+        "d_model": c.d_model,
+        "encoder_layers": c.n_encoder_layers,
+        "decoder_layers": c.n_decoder_layers,
+        "encoder_attention_heads": c.h,
+        "decoder_attention_heads": c.h,
+        "encoder_ffn_dim": c.d_ff,
+        "decoder_ffn_dim": c.d_ff,
+        "activation_function": {"swish": "swish", "relu": "relu", "gelu": "gelu"}[c.activation],
+        "max_position_embeddings": c.max_positions,
+        "pad_token_id": c.pad_id,
+        "eos_token_id": c.eos_id,
+        "decoder_start_token_id": c.decoder_start_id,
+        "forced_eos_token_id": None,  # our decoders do not force </s> at max_length
+        "bad_words_ids": [[c.pad_id]],
+        "scale_embedding": c.scale_embedding,
+        "dropout": c.dropout,
+        "attention_dropout": 0.0,
+        "activation_dropout": 0.0,
+        "share_encoder_decoder_embeddings": True,
+        "tie_word_embeddings": True,
+        "num_beams": 1,
+        "max_length": c.max_positions,
+    }
 
 
 def import_marian(hf_dir: Path, out_dir: Path, *, name: str | None = None, force: bool = False) -> Path:

@@ -327,9 +327,14 @@ def _save_atomic(checkpoint: dict[str, Any], path: Path) -> None:
     os.replace(tmp, path)
 
 
-DEFAULT_MODEL: dict[str, Any] = dict(
-    d_model=256, h=8, d_ff=1024, n_encoder_layers=3, n_decoder_layers=3, max_positions=256
-)
+DEFAULT_MODEL: dict[str, Any] = {
+    "d_model": 256,
+    "h": 8,
+    "d_ff": 1024,
+    "n_encoder_layers": 3,
+    "n_decoder_layers": 3,
+    "max_positions": 256,
+}
 
 
 def train(corpus: Path, run_dir: Path, *, name: str, t: TrainConfig, threads: int | None = None) -> Path:

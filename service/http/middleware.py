@@ -27,11 +27,13 @@ class BodyLimit:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
-            return await self.app(scope, receive, send)
+            await self.app(scope, receive, send)
+            return
         limit, message = self.limit, self.message
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > limit:
-            return await JSONResponse({"error": message}, status_code=413)(scope, receive, send)
+            await JSONResponse({"error": message}, status_code=413)(scope, receive, send)
+            return
         seen = 0
 
         async def counted() -> Message:

@@ -7,10 +7,10 @@ import numpy as np
 from model.transformer import Transformer
 
 CONFIGS = {
-    "h8-post-ln-relu": dict(d_model=64, h=8, n_encoder_layers=2, n_decoder_layers=2),
-    "h1-unequal-depth": dict(d_model=16, h=1, n_encoder_layers=3, n_decoder_layers=1),
-    "pre-ln-swish": dict(d_model=32, h=4, normalize_before=True, activation="swish"),
-    "untied-gelu": dict(d_model=32, h=2, tie_embeddings=False, activation="gelu", scale_embedding=False),
+    "h8-post-ln-relu": {"d_model": 64, "h": 8, "n_encoder_layers": 2, "n_decoder_layers": 2},
+    "h1-unequal-depth": {"d_model": 16, "h": 1, "n_encoder_layers": 3, "n_decoder_layers": 1},
+    "pre-ln-swish": {"d_model": 32, "h": 4, "normalize_before": True, "activation": "swish"},
+    "untied-gelu": {"d_model": 32, "h": 2, "tie_embeddings": False, "activation": "gelu", "scale_embedding": False},
 }
 
 

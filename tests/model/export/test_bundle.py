@@ -66,7 +66,7 @@ def test_onnx_matches_pytorch(name: str, spm: Path, tmp_path: Path) -> None:
 
 def test_export_refuses_to_overwrite(spm: Path, tmp_path: Path) -> None:
     model = tiny_model(365)
-    kwargs = dict(name="x", source_lang="en", target_lang="ja", tokenizer={"source": spm, "target": spm})
+    kwargs = {"name": "x", "source_lang": "en", "target_lang": "ja", "tokenizer": {"source": spm, "target": spm}}
     export_bundle(model, tmp_path / "b", **kwargs)  # type: ignore[arg-type]
     with pytest.raises(FileExistsError):
         export_bundle(model, tmp_path / "b", **kwargs)  # type: ignore[arg-type]

@@ -17,7 +17,7 @@ from tests.bundles import tiny_model
 
 def test_int8_variant(spm: Path, tmp_path: Path) -> None:
     model = tiny_model(365)
-    kwargs = dict(name="x", source_lang="en", target_lang="ja", tokenizer={"source": spm, "target": spm})
+    kwargs = {"name": "x", "source_lang": "en", "target_lang": "ja", "tokenizer": {"source": spm, "target": spm}}
     bundle_dir = export_bundle(model, tmp_path / "b", **kwargs)  # type: ignore[arg-type]
     add_int8(bundle_dir)
     bundle = load_bundle(bundle_dir)  # checks every file's sha256, the int8 graphs' included
@@ -34,7 +34,7 @@ def test_int8_variant(spm: Path, tmp_path: Path) -> None:
 
 def test_float16_variant(spm: Path, tmp_path: Path) -> None:
     model = tiny_model(365)
-    kwargs = dict(name="x", source_lang="en", target_lang="ja", tokenizer={"source": spm, "target": spm})
+    kwargs = {"name": "x", "source_lang": "en", "target_lang": "ja", "tokenizer": {"source": spm, "target": spm}}
     bundle_dir = export_bundle(model, tmp_path / "b", **kwargs)  # type: ignore[arg-type]
     add_float16(bundle_dir)  # checked against PyTorch within FLOAT16_TOLERANCE
     bundle = load_bundle(bundle_dir)  # checks every file's sha256, the float16 graphs' included

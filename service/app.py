@@ -44,6 +44,37 @@ def configure_logging(settings: Settings) -> None:
     root.setLevel(settings.log_level.upper())
 
 
+async def start(settings: Settings) -> State:
+    """Load every bundle, start its schedulers and warm it up: the state the routes read, ready."""
+    configure_logging(settings)
+    metrics = Metrics()
+    engines = [Engine.load(path, settings) for path in settings.bundles]
+    state = State(settings, engines, metrics)
+    for e in engines:
+        metrics.model_info.labels(e.bundle.name, *e.pair, e.provider).set(1)
+        await e.start(on_step=metrics.observe_step, on_input=metrics.input_tokens.inc)
+    metrics.track(
+        lambda: sum(e.queue_depth for e in engines),
+        lambda: sum(e.active_sequences for e in engines),
+    )
+    if settings.warmup:
+        for e in engines:
+            await asyncio.to_thread(e.warm_up)
+    freeze_start_up()
+    state.ready = True
+    log.info("serving %s", ", ".join(f"{e.bundle.name} ({'→'.join(e.pair)})" for e in engines))
+    return state
+
+
+def freeze_start_up() -> None:
+    """What start-up made (modules, graphs' metadata, schemas) lives as long as the process: the cyclic collector
+    leaves it out from here on and collects the young generation less often, so that its pauses take less of the
+    event loop's time."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(10_000, *gc.get_threshold()[1:])
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """The attnserve app (``uvicorn --factory service.app:create_app``); ``settings`` default to the environment's.
 
@@ -54,33 +85,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        configure_logging(s)
-        metrics = Metrics()
-        engines = [Engine.load(path, s) for path in s.bundles]
-        state = State(s, engines, metrics)
-        app.state.attnserve = holder["state"] = state
-        for e in engines:
-            metrics.model_info.labels(e.bundle.name, *e.pair, e.provider).set(1)
-            await e.start(on_step=metrics.observe_step, on_input=metrics.input_tokens.inc)
-        metrics.track(
-            lambda: sum(e.queue_depth for e in engines),
-            lambda: sum(e.active_sequences for e in engines),
-        )
-        if s.warmup:
-            for e in engines:
-                await asyncio.to_thread(e.warm_up)
-        # What start-up made (modules, graphs' metadata, schemas) lives as long as the process: the cyclic
-        # collector leaves it out from here on and collects the young generation less often, so that its pauses
-        # take less of the event loop's time.
-        gc.collect()
-        gc.freeze()
-        gc.set_threshold(10_000, *gc.get_threshold()[1:])
-        state.ready = True
-        log.info("serving %s", ", ".join(f"{e.bundle.name} ({'→'.join(e.pair)})" for e in engines))
+        app.state.attnserve = holder["state"] = state = await start(s)
         try:
             yield
         finally:
-            for e in engines:
+            for e in state.engines.values():
                 await e.stop()
 
     app = FastAPI(

@@ -30,11 +30,11 @@ async def closed_loop(url: str, sentences: list[str], clients: int, seconds: flo
     stop = time.monotonic() + seconds
     rng = random.Random(1)
 
-    async def client(session: aiohttp.ClientSession) -> None:
+    async def client(http: aiohttp.ClientSession) -> None:
         while time.monotonic() < stop:
             body = {"q": rng.choice(sentences), "source": "en", "target": "ja"}
             t0 = time.perf_counter()
-            async with session.post("/translate", json=body) as r:
+            async with http.post("/translate", json=body) as r:
                 await r.read()
                 r.raise_for_status()
             latencies.append(time.perf_counter() - t0)
@@ -42,8 +42,8 @@ async def closed_loop(url: str, sentences: list[str], clients: int, seconds: flo
     t0 = time.monotonic()
     timeout = aiohttp.ClientTimeout(total=120)
     connector = aiohttp.TCPConnector(limit=clients)
-    async with aiohttp.ClientSession(url, timeout=timeout, connector=connector) as session:
-        await asyncio.gather(*(client(session) for _ in range(clients)))
+    async with aiohttp.ClientSession(url, timeout=timeout, connector=connector) as http:
+        await asyncio.gather(*(client(http) for _ in range(clients)))
     elapsed = time.monotonic() - t0
     p50, p95, p99 = np.percentile(latencies, [50, 95, 99])
     return {

@@ -1,9 +1,9 @@
 """Train the Transformer as the paper does (§5): Adam (0.9, 0.98, 1e-9), warm-up then inverse-square-root learning
 rate, label smoothing 0.1, dropout 0.1, batches by token count.
 
-Training on a 2-core machine spans sessions, so the run directory (outside the repo) holds ``last.pt``, written at
-least every ``checkpoint_minutes`` and at each epoch's end, and ``best.pt`` (best dev chrF). A run resumes exactly
-from ``last.pt``: weights, optimizer, schedule, data position and random state.
+Training on a small machine outlives any one process, so the run directory (outside the repo) holds ``last.pt``,
+written at least every ``checkpoint_minutes`` and at each epoch's end, and ``best.pt`` (best dev chrF). A run
+resumes exactly from ``last.pt``: weights, optimizer, schedule, data position and random state.
 
     attnserve train --corpus ~/.cache/attnserve/corpus/en-ja --run ~/.cache/attnserve/runs/en-ja
 """

@@ -21,7 +21,7 @@ def graph_files(graphs: dict[str, Any]) -> set[str]:
 
 
 def form_of(path: Path) -> dict[str, str | bool]:
-    """A graph's form read off its input and output names, as service/runner.py reads it from a session."""
+    """A graph's form read off its input and output names (which the service never reads: the manifest tells it)."""
     graph = onnx.load(str(path), load_external_data=False).graph
     inputs = {i.name: i.type.tensor_type.shape.dim for i in graph.input}
     outputs = {o.name for o in graph.output}

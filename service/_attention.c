@@ -25,10 +25,7 @@
    results differ in the last bits). Those kernels spend most of a small step's attention on fixed costs per row
    and head; here a head is a few dot products of d_k floats, exponentials 8 at a time and a weighted sum of the
    value rows 8 floats at a time, and the next head's keys and values (C d_k floats further) are prefetched while
-   this one's are used. Measured on the shipped model, one thread: a decoder step of 32 rows, float32 3.1 -> 2.8 ms,
-   int8 1.37 -> 1.09 ms (docs/BENCHMARKS.md); with vectorized exponentials and sums, 128 beam rows (16 tokens, 24
-   source tokens, float32) spend 1.7 instead of 2.0 ms in self-attention and 0.85 instead of 1.2 in cross-attention
-   (ONNX Runtime's profiler).
+   this one's are used.
 
    It uses the C API of ONNX Runtime 1.24 (third_party/onnxruntime holds its headers). */
 
@@ -197,9 +194,7 @@ static void segment_row(void *arg, size_t row) {
    largest |W[v]|_1 and enlarged by SLACK and ROUNDING for float32's rounding. With m the largest acc[v], some logit
    is at least m c + min(bias) - e, and a token whose logit reaches that has acc[v] >= m - (2e + max(bias) -
    min(bias)) / c: only those (a handful a row) get their float32 logits, and the largest wins (the first on ties,
-   as numpy's argmax). So a row reads its int32 products twice, comparing integers, and a few rows of W. On the
-   shipped model: 8.8 tokens a row on average, 341 at most in 3,963 rows; a 32-row step's projection and argmax
-   1.09 -> 0.26 ms (0.14 of it MatMulInteger's).
+   as numpy's argmax). So a row reads its int32 products twice, comparing integers, and a few rows of W.
 
    W's int8 values use 7 bits (-63..63): x86 CPUs without VNNI multiply uint8 by int8 in pairs summed into 16 bits,
    which saturate past 32,767 (255 * 127 * 2 does; 255 * 63 * 2 does not), and a saturated product would break the

@@ -29,6 +29,11 @@ lint: $(VENV)/.dev
 test: lint
 	$(BIN)/python -m pytest -q
 
+# The Docker image built and run (tests/deploy/test_image.py): needs root, docker.io and debootstrap.
+.PHONY: image-test
+image-test: $(VENV)/.dev
+	$(BIN)/python -m pytest -q -m image tests/deploy/test_image.py
+
 format: $(VENV)/.dev
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .

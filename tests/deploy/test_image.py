@@ -54,7 +54,7 @@ TEXTS = ["Open file", "The file could not be saved."]
 # request stays far inside the limits a single request may have.
 DRAIN_TEXT = "Please check the network settings and try again after restarting the application, then save file {}."
 DRAIN_TEXTS = 16
-DRAIN_REQUESTS = 16
+DRAIN_REQUESTS = 24
 
 
 def need(condition: object, message: str) -> None:

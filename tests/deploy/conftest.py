@@ -54,3 +54,18 @@ def dashboard_queries() -> list[tuple[str, str]]:
             assert "$" not in expr, f"{panel['title']}: a variable the tests do not know: {expr}"
             queries.append((panel["title"], expr))
     return queries
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Print the image test's measurements (tests/deploy/test_image.py), whatever the output options."""
+    measured = [
+        (name, value)
+        for outcome in ("passed", "failed")
+        for report in terminalreporter.stats.get(outcome, [])
+        for name, value in getattr(report, "user_properties", [])
+        if name.startswith("image_")
+    ]
+    if measured:
+        terminalreporter.write_sep("-", "attnserve image (test-artifacts/image/image.json)")
+        for name, value in measured:
+            terminalreporter.write_line(f"{name.removeprefix('image_')}: {value}")

@@ -1,0 +1,384 @@
+"""The CPU image, built from the Dockerfile as it is and run as docker-compose.yml runs its api service.
+
+A Docker engine is used if one answers; otherwise the test starts its own (vfs storage, no bridge, no iptables,
+its data under /var/lib/attnserve-image-test, kept between runs as a cache) and stops it at the end. Where the base
+image cannot be pulled, a stand-in with the same tag is built from Debian packages with debootstrap (the offline
+build path, docs/DEPLOY.md). Builds, logs and the measurements (image.json) go to test-artifacts/image/.
+
+Marked `image`: it runs in `make image-test` (pytest -m image) and, under CI=true, in `make test`; elsewhere it is
+skipped. Under CI=true a missing tool or engine fails it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from .conftest import REPO, require_tool
+from .test_prometheus_live import free_port
+
+pytestmark = [pytest.mark.image, pytest.mark.timeout(2400)]
+
+DEBIAN_CLI = Path("/usr/bin/docker")  # Debian's docker.io: its CLI uses BuildKit only with DOCKER_BUILDKIT=1
+BASE = "python:3.11-slim-bookworm"  # the Dockerfile's PYTHON_IMAGE
+TAG = "attnserve:image-test"
+STATE = Path("/var/lib/attnserve-image-test")
+RUN = Path("/run/attnserve-image-test")
+MIRROR = "http://deb.debian.org/debian"
+# python:3.11-slim has python, venv and the C headers the builder compiles the extensions against.
+STAND_IN_PACKAGES = ("python3", "python3-venv", "python3-dev", "python-is-python3", "ca-certificates")
+STAND_IN_LABEL = "org.attnserve.stand-in"
+STAND_IN_CHANGES = (
+    "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "ENV LANG=C.UTF-8",
+    f'LABEL {STAND_IN_LABEL}="debootstrap bookworm minbase: {" ".join(STAND_IN_PACKAGES)}, the host CA store"',
+    'CMD ["python3"]',
+)
+ARTIFACTS = REPO / "test-artifacts" / "image"
+TEXTS = ["Open file", "The file could not be saved."]
+# Concurrent requests that keep two cores busy for seconds, so that SIGTERM arrives while they are decoded; each
+# request stays far inside the limits a single request may have.
+DRAIN_TEXT = "Please check the network settings and try again after restarting the application, then save file {}."
+DRAIN_TEXTS = 16
+DRAIN_REQUESTS = 24
+
+
+def need(condition: object, message: str) -> None:
+    """Skip the test when ``condition`` is false, or fail it under CI=true, where every tool is installed."""
+    if not condition:
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+@dataclass(frozen=True)
+class Docker:
+    """The docker CLI, talking to one engine (``env`` holds its DOCKER_HOST, if not the default)."""
+
+    cli: str
+    env: dict[str, str]
+    own: bool = False  # the engine was started by this test
+
+    def run(
+        self, *args: str, timeout: float = 120, log: Path | None = None, stdin: Any = None
+    ) -> subprocess.CompletedProcess[str]:
+        """Run ``docker ARGS`` and return the result; with ``log``, its output goes there instead."""
+        if log is None:
+            return subprocess.run(
+                [self.cli, *args], env=self.env, stdin=stdin, capture_output=True, text=True, timeout=timeout
+            )
+        with log.open("w") as out:
+            return subprocess.run(
+                [self.cli, *args], env=self.env, stdin=stdin, stdout=out, stderr=subprocess.STDOUT, text=True,
+                timeout=timeout,
+            )  # fmt: skip
+
+    def __call__(self, *args: str, timeout: float = 120, log: Path | None = None, stdin: Any = None) -> str:
+        """Run ``docker ARGS`` and return its standard output; a non-zero exit fails the test with its output."""
+        result = self.run(*args, timeout=timeout, log=log, stdin=stdin)
+        output = log.read_text()[-6000:] if log is not None else result.stdout + result.stderr
+        assert result.returncode == 0, f"docker {' '.join(args)} exited with {result.returncode}:\n{output}"
+        return result.stdout or ""
+
+    def answers(self) -> bool:
+        """Whether the engine answers."""
+        try:
+            return self.run("version", "--format", "{{.Server.Version}}", timeout=15).returncode == 0
+        except subprocess.TimeoutExpired:
+            return False
+
+
+def wait_until(what: str, done: Callable[[], bool], timeout: float, alive: Callable[[], str | None]) -> float:
+    """Poll ``done`` until true and return the seconds it took; ``alive`` returns why waiting is pointless, or None."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        try:
+            if done():
+                return time.monotonic() - started
+        except httpx.TransportError:
+            pass
+        reason = alive()
+        if reason is not None:
+            pytest.fail(f"{what}: {reason}")
+        time.sleep(0.2)
+    pytest.fail(f"{what}: not after {timeout} s")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def selected(request: pytest.FixtureRequest) -> None:
+    """Skip unless CI=true or the `image` marker was asked for."""
+    if os.environ.get("CI") != "true" and "image" not in (request.config.getoption("markexpr") or ""):
+        pytest.skip("builds and runs the Docker image (minutes, as root): `make image-test`, or CI=true")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+
+
+@pytest.fixture(scope="module")
+def report() -> Iterator[dict[str, Any]]:
+    """The measurements, written to test-artifacts/image/image.json when the module ends."""
+    values: dict[str, Any] = {}
+    yield values
+    (ARTIFACTS / "image.json").write_text(json.dumps(values, indent=2) + "\n")
+
+
+@pytest.fixture(scope="module")
+def docker(report: dict[str, Any]) -> Iterator[Docker]:
+    """A Docker engine: the one that answers, or one this fixture starts (as root) and stops."""
+    cli = str(DEBIAN_CLI) if DEBIAN_CLI.exists() else shutil.which("docker")
+    need(cli, "no docker CLI (apt-get install docker.io)")
+    assert cli is not None
+    existing = Docker(cli, os.environ | {"DOCKER_BUILDKIT": "1"})
+    report["docker_cli"] = existing.run("version", "--format", "{{.Client.Version}}", timeout=15).stdout.strip()
+    if existing.answers():
+        report["engine"] = "existing"
+        report["docker_engine"] = existing("version", "--format", "{{.Server.Version}}").strip()
+        yield existing
+        return
+    with own_engine(Docker(cli, existing.env | {"DOCKER_HOST": f"unix://{RUN}/docker.sock"}, own=True)) as own:
+        report["engine"] = "started"
+        report["docker_engine"] = own("version", "--format", "{{.Server.Version}}").strip()
+        yield own
+
+
+@contextmanager
+def own_engine(docker: Docker) -> Iterator[Docker]:
+    """Run dockerd for ``docker``'s socket, its state under STATE and RUN, until the block ends."""
+    dockerd = shutil.which("dockerd")
+    need(dockerd and os.geteuid() == 0, "no Docker engine answers, and starting one needs dockerd and root")
+    assert dockerd is not None
+    RUN.mkdir(parents=True, exist_ok=True)
+    args = [dockerd, "--storage-driver=vfs", "--bridge=none", "--iptables=false", "--ip-forward=false",
+            f"--data-root={STATE}/docker", f"--exec-root={RUN}", f"--pidfile={RUN}/docker.pid",
+            f"--host={docker.env['DOCKER_HOST']}"]  # fmt: skip
+    log = ARTIFACTS / "dockerd.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def exited() -> str | None:
+        return None if process.poll() is None else f"exited {process.returncode}:\n{log.read_text()[-3000:]}"
+
+    try:
+        wait_until("dockerd", docker.answers, 60, exited)
+        yield docker
+    finally:
+        process.send_signal(signal.SIGTERM)  # it stops its containers and its containerd
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        if os.path.ismount(RUN / "netns/default"):  # dockerd leaves its network namespace mounted
+            subprocess.run(["umount", str(RUN / "netns/default")], check=False)
+
+
+def image_size(docker: Docker, tag: str) -> int:
+    return int(docker("image", "inspect", "--format", "{{.Size}}", tag))
+
+
+def build_stand_in(docker: Docker, work: Path) -> None:
+    """Tag a Debian bookworm built with debootstrap as BASE: the offline build path (docs/DEPLOY.md)."""
+    need(shutil.which("debootstrap") and os.geteuid() == 0, f"{BASE} cannot be pulled: a stand-in needs debootstrap")
+    root = work / "rootfs"
+    debootstrap = ["debootstrap", "--variant=minbase", "--include=" + ",".join(STAND_IN_PACKAGES)]
+    with (ARTIFACTS / "debootstrap.log").open("w") as out:
+        result = subprocess.run([*debootstrap, "bookworm", str(root), MIRROR], stdout=out, stderr=subprocess.STDOUT,
+                                timeout=1200, check=False)  # fmt: skip
+    assert result.returncode == 0, (ARTIFACTS / "debootstrap.log").read_text()[-3000:]
+    # No package lists and no downloaded packages, as in python:3.11-slim.
+    shutil.rmtree(root / "var/lib/apt/lists")
+    (root / "var/lib/apt/lists/partial").mkdir(parents=True)
+    for deb in (root / "var/cache/apt/archives").glob("*.deb"):
+        deb.unlink()
+    # The host's CA store, its links followed (they point into the host's tree), so pip in the build trusts what
+    # the host trusts, a TLS-inspecting proxy's CA included. The old tree goes first: writing through its absolute
+    # links would write into the host's files.
+    certs = root / "etc/ssl/certs"
+    shutil.rmtree(certs)
+    shutil.copytree("/etc/ssl/certs", certs, symlinks=False, ignore_dangling_symlinks=True)
+    tar = subprocess.Popen(["tar", "--numeric-owner", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
+    changes = [arg for change in STAND_IN_CHANGES for arg in ("--change", change)]
+    docker("import", *changes, "-", BASE, stdin=tar.stdout, timeout=600)
+    assert tar.wait() == 0, "tar of the stand-in's root failed"
+    shutil.rmtree(root)
+
+
+@pytest.fixture(scope="module")
+def base(docker: Docker, report: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> str:
+    """BASE, present, pulled, or built as a stand-in."""
+    started = time.monotonic()
+    if docker.run("image", "inspect", BASE).returncode == 0:
+        labels = docker("image", "inspect", "--format", "{{json .Config.Labels}}", BASE)
+        report["base"] = "stand-in, cached" if STAND_IN_LABEL in labels else "present"
+    elif docker.run("pull", BASE, timeout=600).returncode == 0:
+        report["base"] = "pulled"
+    else:
+        build_stand_in(docker, tmp_path_factory.mktemp("stand-in"))
+        report["base"] = "stand-in, built"
+    report["base_seconds"] = round(time.monotonic() - started, 1)
+    report["base_size_bytes"] = image_size(docker, BASE)
+    return BASE
+
+
+@pytest.fixture(scope="module")
+def image(docker: Docker, base: str, report: dict[str, Any]) -> str:
+    """The CPU target, built with BuildKit, the build's pip on the host's network."""
+    started = time.monotonic()
+    build = ["build", "--network", "host", "--target", "cpu", "--progress", "plain", "--tag", TAG, str(REPO)]
+    docker(*build, timeout=1800, log=ARTIFACTS / "build.log")
+    report["build_seconds"] = round(time.monotonic() - started, 1)
+    report["image_size_bytes"] = image_size(docker, TAG)
+    if docker.own:  # the images the tag left behind, in the test's own engine only
+        docker("image", "prune", "--force")
+    return TAG
+
+
+def compose_flags() -> list[str]:
+    """`docker run` flags for docker-compose.yml's api service: its environment and its hardening."""
+    api = yaml.safe_load((REPO / "docker-compose.yml").read_text())["services"]["api"]
+    flags = [f"--env={name}={value}" for name, value in api.get("environment", {}).items()]
+    flags += ["--read-only"] if api.get("read_only") else []
+    flags += [f"--tmpfs={path}" for path in api.get("tmpfs", [])]
+    flags += [f"--cap-drop={cap}" for cap in api.get("cap_drop", [])]
+    flags += [f"--security-opt={option}" for option in api.get("security_opt", [])]
+    return flags
+
+
+@dataclass
+class Container:
+    """The running image: its name, URL and the time it was started."""
+
+    name: str
+    url: str
+    started: float
+    docker: Docker = field(repr=False)
+
+    def state(self) -> dict[str, Any]:
+        return dict(json.loads(self.docker("inspect", "--format", "{{json .State}}", self.name)))
+
+    def gone(self) -> str | None:
+        """Why it is no longer running, with its log; None while it runs."""
+        state = self.state()
+        if state["Running"]:
+            return None
+        return f"the container exited with {state['ExitCode']}:\n{self.docker.run('logs', self.name).stderr[-4000:]}"
+
+
+@pytest.fixture(scope="module")
+def container(docker: Docker, image: str, report: dict[str, Any]) -> Iterator[Container]:
+    """The image running with host networking on a free port, ready (GET /readyz is 200); removed at the end."""
+    port, name = free_port(), f"attnserve-image-test-{os.getpid()}"
+    started = time.monotonic()
+    run = ["run", "--detach", "--name", name, "--network", "host", f"--env=ATTNSERVE_PORT={port}", *compose_flags()]
+    docker(*run, image)
+    running = Container(name, f"http://127.0.0.1:{port}", started, docker)
+    try:
+        ready = lambda: httpx.get(f"{running.url}/readyz", timeout=2).status_code == 200  # noqa: E731
+        wait_until("GET /readyz", ready, 180, running.gone)
+        report["cold_start_seconds"] = round(time.monotonic() - started, 1)  # from `docker run` to ready
+        yield running
+    finally:
+        logs = docker.run("logs", name)
+        (ARTIFACTS / "container.log").write_text(logs.stdout + logs.stderr)
+        docker.run("rm", "--force", name)
+
+
+def test_the_server_runs_as_user_10001(container: Container) -> None:
+    status = container.docker("exec", container.name, "cat", "/proc/1/status")
+    command = container.docker("exec", container.name, "cat", "/proc/1/cmdline").split("\0")
+    assert "serve" in command, f"process 1 is not the server: {command}"
+    uids = next(line.split()[1:] for line in status.splitlines() if line.startswith("Uid:"))
+    gids = next(line.split()[1:] for line in status.splitlines() if line.startswith("Gid:"))
+    assert set(uids) == {"10001"} and set(gids) == {"10001"}, f"uids {uids}, gids {gids}"
+
+
+def test_the_healthcheck_turns_healthy(container: Container, report: dict[str, Any]) -> None:
+    healthy = lambda: container.state()["Health"]["Status"] == "healthy"  # noqa: E731
+    wait_until("HEALTHCHECK", healthy, 150, container.gone)
+    report["healthy_seconds"] = round(time.monotonic() - container.started, 1)
+
+
+def test_translate_and_attention_answer_as_on_the_host(container: Container) -> None:
+    local = [require_tool("attnserve"), "translate", "--json", "--bundle", str(REPO / "model/bundles/en-ja")]
+    expected = json.loads(subprocess.run([*local, *TEXTS], capture_output=True, text=True, check=True).stdout)
+    body = {"q": TEXTS, "source": "en", "target": "ja"}
+    answer = httpx.post(f"{container.url}/translate", json=body, timeout=60)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["translatedText"] == expected
+
+    answer = httpx.post(f"{container.url}/attention", json=body | {"q": TEXTS[0]}, timeout=60)
+    assert answer.status_code == 200, answer.text
+    attention = answer.json()
+    assert attention["translatedText"] == expected[0]
+    source, target = len(attention["source_tokens"]), len(attention["target_tokens"])
+    for kind, rows, columns in (("encoder", source, source), ("decoder", target, target), ("cross", target, source)):
+        for layer in attention[kind]:
+            for head in layer:
+                assert len(head) == rows and all(len(row) == columns for row in head), kind
+                assert all(abs(sum(row) - 1) < 1e-4 for row in head), f"{kind}: a row that does not sum to 1"
+
+
+def test_sigterm_answers_every_request_in_flight(container: Container, report: dict[str, Any]) -> None:
+    answered: list[tuple[float, httpx.Response]] = []
+    stopped: list[float] = []
+
+    def send(number: int) -> None:
+        texts = [DRAIN_TEXT.format(number * DRAIN_TEXTS + i) for i in range(DRAIN_TEXTS)]  # distinct: none is reused
+        body = {"q": texts, "source": "en", "target": "ja", "beam_size": 4}
+        response = httpx.post(f"{container.url}/translate", json=body, timeout=120)
+        answered.append((time.monotonic(), response))
+
+    def stop() -> None:
+        container.docker("stop", "--time", "60", container.name, timeout=90)
+        stopped.append(time.monotonic())
+
+    requests = [threading.Thread(target=send, args=(number,)) for number in range(DRAIN_REQUESTS)]
+    for thread in requests:
+        thread.start()
+    time.sleep(0.5)  # every request accepted, most still waiting or being decoded
+    stop_sent = time.monotonic()
+    stopper = threading.Thread(target=stop)
+    stopper.start()
+    time.sleep(0.5)
+    try:
+        late: int | None = httpx.get(f"{container.url}/readyz", timeout=5).status_code
+    except httpx.TransportError:
+        late = None  # refused: the listening socket is closed
+    for thread in [*requests, stopper]:
+        thread.join(timeout=150)
+
+    assert len(answered) == DRAIN_REQUESTS and stopped, "a request or docker stop did not finish"
+    for _, response in answered:
+        assert response.status_code == 200, response.text
+        texts = response.json()["translatedText"]
+        assert len(texts) == DRAIN_TEXTS and all(texts), "an answer in flight is incomplete"
+    last = max(at for at, _ in answered)
+    assert last > stop_sent + 0.5, "every request was answered before SIGTERM: raise DRAIN_REQUESTS"
+    assert late in (None, 503), f"GET /readyz after SIGTERM: {late} (expected refused or 503)"
+    state = container.state()
+    assert state["ExitCode"] == 0 and not state["OOMKilled"], f"exit {state['ExitCode']}: not a graceful shutdown"
+    report["drain_answered_after_sigterm"] = sum(at > stop_sent for at, _ in answered)
+    report["drain_last_answer_seconds"] = round(last - stop_sent, 1)
+    report["drain_stop_seconds"] = round(stopped[0] - stop_sent, 1)
+
+
+def test_size_and_start_up_time_are_reported(
+    report: dict[str, Any], record_property: Callable[[str, object], None]
+) -> None:
+    for key in ("image_size_bytes", "cold_start_seconds", "build_seconds"):
+        assert key in report, f"{key} was not measured"
+    report["image_size_mb"] = round(report["image_size_bytes"] / 1e6, 1)
+    for key, value in report.items():
+        record_property(f"image_{key}", value)

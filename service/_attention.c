@@ -1,5 +1,5 @@
 /* The fast graphs' attention as ONNX Runtime custom ops (domain "attnserve"), for the CPU. Runner registers this
-   library with SessionOptions.register_custom_ops_library; model/export.py writes the nodes.
+   library with SessionOptions.register_custom_ops_library; model/export/ writes the nodes.
 
    attnserve.Attention (cross-attention): q (J, G, h d_k) float, K and V (J, h, S, d_k) float, mask (J, S) int32
        -> (J, G, h d_k): each of source j's G query rows attends to its keys where mask[j] is not 0.

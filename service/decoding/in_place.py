@@ -106,7 +106,7 @@ class HostInPlaceCaches(DeviceInPlaceCaches):
         """Rows that join take the rows after the buffers while there is room (no copy: a new row's slots are
         written before they are read), and a new array gets room for twice the rows. Into a new array, only the
         slots that each row holds tokens in (``lengths``) are copied, and the rest are left as they come (the fast
-        decoder reads a row's slots below its length only, tests/model/test_export.py): one long row makes the
+        decoder reads a row's slots below its length only, tests/model/export/test_build.py): one long row makes the
         buffers many times what the others use."""
         N, h, C, d_k = cache.shape
         capacity = C if capacity is None else capacity

@@ -65,7 +65,7 @@ def test_fast_decoder_fuses_attention_and_matches_pytorch(tmp_path: Path, kernel
 def test_fast_decoder_reads_no_slot_past_a_rows_length(
     fast_decoder: tuple[Transformer, Path, dict[str, np.ndarray]],
 ) -> None:
-    """The service leaves the slots of grown cache buffers unwritten (service/decoding.py, _Batch._moved): whatever
+    """The service leaves the slots of grown cache buffers unwritten (service/decoding/in_place.py): whatever
     they hold past each row's length, NaN and infinity included, the step is the same."""
 
     _, path, feed = fast_decoder

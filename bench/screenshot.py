@@ -3,7 +3,8 @@
 python bench/screenshot.py --url http://127.0.0.1:8000 --out docs/explorer.png --text "Delete the selected files?"
 
 Needs Debian's ``chromium`` and PyPI's ``playwright`` (never ``playwright install``: it downloads a browser). The
-explorer test (tests/service/http/routes/test_explorer.py) launches the browser and drives the page with the helpers below.
+explorer test (tests/service/http/routes/test_explorer.py) launches the browser and drives the page with the helpers
+below.
 """
 
 from __future__ import annotations

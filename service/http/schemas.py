@@ -73,6 +73,21 @@ class AttentionRequest(BaseModel):
     beam_size: int = Field(1, ge=1, description="1 = greedy.")
     max_length: int | None = Field(None, ge=1)
     api_key: str | None = None
+    encoding: Literal["json", "float16", "uint8"] = Field(
+        "json",
+        description="How the arrays travel: 'json', nested lists (bertviz's layout); 'float16' or 'uint8' "
+        "(weight = byte × scale), {dtype, shape, data: base64 of the C-order little-endian bytes}: smaller, above "
+        "all with Accept-Encoding: gzip.",
+    )
+
+
+class EncodedArray(BaseModel):
+    """A compact [layer][head][query][key] array (``encoding`` float16 or uint8)."""
+
+    dtype: Literal["float16", "uint8"]
+    shape: list[int]
+    data: str = Field(description="base64 of the array's bytes, C order, little-endian.")
+    scale: float | None = Field(None, description="uint8 only: weight = byte × scale (1/255).")
 
 
 class AttentionResponse(BaseModel):
@@ -88,9 +103,9 @@ class AttentionResponse(BaseModel):
     translatedText: str
     layers: dict[str, list[int]]
     heads: list[int]
-    encoder: list[list[list[list[float]]]] | None = None
-    decoder: list[list[list[list[float]]]] | None = None
-    cross: list[list[list[list[float]]]] | None = None
+    encoder: list[list[list[list[float]]]] | EncodedArray | None = None
+    decoder: list[list[list[list[float]]]] | EncodedArray | None = None
+    cross: list[list[list[list[float]]]] | EncodedArray | None = None
 
 
 class Language(BaseModel):

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import gzip
 from typing import Any
 
-from fastapi import APIRouter, Request
+import orjson
+from fastapi import APIRouter, Request, Response
 
 from service.engine import AttentionResult, Filters, Options
+from service.http.arrays import Encoding, encode
 from service.http.auth import check_api_key
 from service.http.body import parse_body
 from service.http.limits import check_options
@@ -15,6 +19,7 @@ from service.http.schemas import AttentionRequest, AttentionResponse
 from service.http.state import state_of
 
 router = APIRouter()
+GZIP_LEVEL = 1  # the body is mostly digits or near-zero bytes: level 1 gets most of the gain for a fraction of the time
 
 
 @router.post(
@@ -24,7 +29,7 @@ router = APIRouter()
     responses=ERRORS,
     openapi_extra=request_body("AttentionRequest", "application/json"),
 )
-async def attention(request: Request) -> dict[str, Any]:
+async def attention(request: Request) -> Response:
     """Translate (or force-decode ``target_text``) one text and return every attention weight with its tokens."""
     state = state_of(request)
     body = await parse_body(request, AttentionRequest)
@@ -34,11 +39,14 @@ async def attention(request: Request) -> dict[str, Any]:
     check_options(state.settings, options)
     filters = Filters(body.kinds, body.layers, body.heads)
     result = await engine.attention(body.q, options, filters, body.target_text, request.is_disconnected)
-    return answer(result)
+    gzipped = "gzip" in request.headers.get("accept-encoding", "")
+    content = await asyncio.to_thread(render, result, body.encoding, gzipped)  # megabytes: off the event loop
+    headers = {"Vary": "Accept-Encoding", **({"Content-Encoding": "gzip"} if gzipped else {})}
+    return Response(content, media_type="application/json", headers=headers)
 
 
-def answer(result: AttentionResult) -> dict[str, Any]:
-    """The response body: tokens, translation and [layer][head][query][key] lists per kind."""
+def answer(result: AttentionResult, encoding: Encoding = "json") -> dict[str, Any]:
+    """The response body: tokens, translation and [layer][head][query][key] weights per kind."""
     body: dict[str, Any] = {
         "source_tokens": result.source_tokens,
         "target_tokens": result.target_tokens,
@@ -48,5 +56,11 @@ def answer(result: AttentionResult) -> dict[str, Any]:
         "heads": result.heads,
     }
     for kind, weights in result.weights.items():
-        body[kind] = weights.tolist()
+        body[kind] = encode(weights, encoding)
     return body
+
+
+def render(result: AttentionResult, encoding: Encoding, gzipped: bool) -> bytes:
+    """The response's bytes (gzip-compressed when the client accepts it)."""
+    content = orjson.dumps(answer(result, encoding), option=orjson.OPT_SERIALIZE_NUMPY)
+    return gzip.compress(content, GZIP_LEVEL, mtime=0) if gzipped else content

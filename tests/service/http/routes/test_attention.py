@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 import numpy as np
 import onnxruntime as ort
 import pytest
 
 from service.bundle import load_bundle
+from service.http import arrays
 from tests.service.conftest import Server
+
+KINDS = ("encoder", "decoder", "cross")
 
 
 def attention(server: Server, **body: object) -> dict:
@@ -97,3 +101,24 @@ def test_attention_bad_requests(server: Server, body: dict, status: int, needle:
     with server.client() as c:
         r = c.post("/attention", json=body)
     assert r.status_code == status and needle in r.json()["error"], r.text
+
+
+@pytest.mark.parametrize(("encoding", "atol"), [("float16", 5e-4), ("uint8", 0.5 / 255)])
+def test_compact_encodings_carry_the_same_weights(server: Server, encoding: str, atol: float) -> None:
+    plain = attention(server, max_length=9)
+    compact = attention(server, max_length=9, encoding=encoding)
+    assert {k: v for k, v in compact.items() if k not in KINDS} == {k: v for k, v in plain.items() if k not in KINDS}
+    for kind in KINDS:
+        assert compact[kind]["dtype"] == encoding
+        np.testing.assert_allclose(arrays.decode(compact[kind]), np.array(plain[kind]), atol=atol)
+
+
+def test_gzip_only_when_the_client_accepts_it(server: Server) -> None:
+    body = {"q": "Delete the selected files?", "source": "en", "target": "ja", "max_length": 9}
+    with httpx.Client(base_url=server.url) as c:
+        raw = c.post("/attention", json=body, headers={"Accept-Encoding": "identity"})
+        zipped = c.post("/attention", json=body, headers={"Accept-Encoding": "gzip"})
+    assert "content-encoding" not in raw.headers
+    assert zipped.headers["content-encoding"] == "gzip"
+    assert int(zipped.headers["content-length"]) < int(raw.headers["content-length"])
+    assert zipped.json() == raw.json()  # httpx decompresses

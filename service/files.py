@@ -17,14 +17,12 @@ _UNSAFE_RE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
 def safe_name(filename: str) -> str:
-    """An upload's file name reduced to its last part in ``[A-Za-z0-9._-]`` (at most 100 characters, its extension
-    kept), as the download offers it; ``file`` for a name with nothing left."""
-    base = PureWindowsPath(PurePosixPath(filename).name).name
-    name = _UNSAFE_RE.sub("_", base).lstrip("._-")
-    stem, dot, ext = name.rpartition(".")
-    if len(name) > 100:
-        name = (stem[: 99 - len(ext)] + dot + ext) if dot and len(ext) < 20 else name[:100]
-    return name or "file"
+    """An upload's file name reduced to its last part in ``[A-Za-z0-9._-]``, at most 100 characters, its extension
+    kept, as the download offers it (``file`` and the extension when nothing else is left)."""
+    stem, ext = os.path.splitext(PureWindowsPath(PurePosixPath(filename).name).name)
+    ext = "." + _UNSAFE_RE.sub("", ext[1:])[:19] if ext else ""
+    stem = _UNSAFE_RE.sub("_", stem).strip("._-")[: 100 - len(ext)]
+    return (stem or "file") + (ext if len(ext) > 1 else "")
 
 
 @dataclass(frozen=True)

@@ -25,15 +25,24 @@ _CHARSET_RE = re.compile(r"charset=\s*([\w.:-]+)")
 
 @dataclass(frozen=True)
 class Plurals:
-    """A language's plural forms: how many msgstr[n] an entry needs and which one n = 1 picks."""
+    """A language's plural forms: how many msgstr[n] an entry needs, and the one that serves n = 1 alone (None when
+    the form n = 1 picks also serves other numbers, as Russian's serves 21)."""
 
     count: int
-    singular: int
+    singular: int | None
+
+    @classmethod
+    def of(cls, count: int, formula: Callable[[int], int]) -> Plurals:
+        """The forms of a Plural-Forms formula, judged on 0..1000 as msgfmt judges them."""
+        numbers: dict[int, set[int]] = {}
+        for n in range(1001):
+            numbers.setdefault(formula(n), set()).add(n)
+        return cls(count, next((form for form, ns in numbers.items() if ns == {1}), None))
 
     def source(self, index: int, msgid: str, msgid_plural: str) -> str:
-        """The English text that msgstr[index] translates: the singular for the form n = 1 picks (when the language
-        has more than one), the plural for every other."""
-        return msgid if self.count > 1 and index == self.singular else msgid_plural
+        """The English text that msgstr[index] translates: the singular for the form that serves n = 1 alone, the
+        plural for every other (a form that serves several numbers needs the plural's directives)."""
+        return msgid if index == self.singular else msgid_plural
 
 
 @dataclass(frozen=True)
@@ -94,7 +103,7 @@ def plural_forms(catalog: polib.POFile, target: str) -> Plurals:
     try:
         assert match is not None
         formula: Callable[[int], int] = gettext.c2py(match.group(2))
-        return Plurals(int(match.group(1)), formula(1))
+        return Plurals.of(int(match.group(1)), formula)
     except (AssertionError, ValueError, SyntaxError) as e:
         raise UnreadableFile(f"the catalog's Plural-Forms {forms!r} cannot be read: {e}") from e
 

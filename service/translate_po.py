@@ -106,8 +106,9 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
         print(f"attnserve: {e}", file=sys.stderr)
         return 2
     args.output.write_bytes(out)
-    kept = f", {report.kept_source} kept the English source (marked fuzzy)" if report.kept_source else ""
-    print(f"filled {report.filled} msgstr{kept}; wrote {args.output}", file=sys.stderr)
+    kept = f", {report.kept_source} kept the English source as a directive was lost" if report.kept_source else ""
+    over = f", {report.over_limit} kept a line over a limit in English" if report.over_limit else ""
+    print(f"filled {report.filled} msgstr{kept}{over} (those marked fuzzy); wrote {args.output}", file=sys.stderr)
     return 0
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import polib
 
 from service.errors import UnreadableFile
-from service.formats.base import Translate, rebuild, translate_units
+from service.formats.base import Translate, cores, rebuild, translate_units
 from service.formats.directives import keeps_directives
 
 _NPLURALS_RE = re.compile(r"nplurals\s*=\s*(\d+)\s*;\s*plural\s*=\s*(.+?);?\s*$")
@@ -47,11 +47,12 @@ class Plurals:
 
 @dataclass(frozen=True)
 class Report:
-    """What :func:`translate_catalog` did: msgstrs filled, and of those how many keep the English source because
-    the translation lost a format directive or the text was over a limit."""
+    """What :func:`translate_catalog` did: msgstrs filled; of those, how many keep the English source because the
+    translation lost a format directive, and how many keep a line in English because it was over a limit."""
 
     filled: int
     kept_source: int
+    over_limit: int = 0
 
 
 def parse(data: bytes) -> polib.POFile:
@@ -155,18 +156,19 @@ async def translate_catalog(catalog: polib.POFile, translate: Translate, target:
     """
     slots = empty_slots(catalog, plural_forms(catalog, target))
     translations = await translate_units([source for _, _, source in slots], translate)
-    kept = 0
+    kept = over = 0
     for entry, index, source in slots:
         text = rebuild(source, translations)
-        keep = text == source or not keeps_directives(source, text, entry.flags)
-        kept += keep
+        lost = not keeps_directives(source, text, entry.flags)
+        refused = any(translations[core] is None for core in cores(source))
+        kept, over = kept + lost, over + refused
         if index is None:
-            entry.msgstr = source if keep else text
+            entry.msgstr = source if lost else text
         else:
-            entry.msgstr_plural[index] = source if keep else text
-        if (fuzzy or keep) and "fuzzy" not in entry.flags:
+            entry.msgstr_plural[index] = source if lost else text
+        if (fuzzy or lost or refused) and "fuzzy" not in entry.flags:
             entry.flags.insert(0, "fuzzy")  # first, as msgmerge writes it
-    return Report(len(slots), kept)
+    return Report(len(slots), kept, over)
 
 
 async def translate_file(data: bytes, translate: Translate, target: str) -> bytes:

@@ -70,8 +70,17 @@ def engine_translator(engine: Engine, size: int) -> Translate:
 @router.post("/translate_file", response_model=TranslateFileResponse, responses=ERRORS, openapi_extra=UPLOAD)
 async def translate_file(request: Request) -> JSONResponse:
     """Translate a file (LibreTranslate-compatible); the answer says where to download the translation."""
-    state, settings = state_of(request), state_of(request).settings
     form = await read_form(request)
+    try:
+        return await translate_upload(request, form)
+    finally:
+        await form.close()  # the upload's spooled temporary file
+
+
+async def translate_upload(request: Request, form: FormData) -> JSONResponse:
+    """The upload in ``form`` translated and stored: the answer of :func:`translate_file`."""
+    state = state_of(request)
+    settings = state.settings
 
     def field(name: str) -> str | None:
         value = form.get(name)

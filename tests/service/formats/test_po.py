@@ -145,3 +145,13 @@ def test_a_latin1_catalog_is_read_in_its_charset_and_written_as_utf8() -> None:
     asyncio.run(po.translate_catalog(catalog, keeping, "ja"))
     assert {e.msgid: e.msgstr for e in catalog} == {"Café": "「Café」"}
     assert "charset=UTF-8" in str(catalog)
+
+
+def test_a_line_over_a_limit_stays_english_and_fuzzy() -> None:
+    async def refusing(texts: list[str]) -> list[str | None]:
+        return [None if t.startswith("--help") else f"「{t}」" for t in texts]
+
+    out, report = run(refusing, fuzzy=False)
+    usage = {e.msgid: e for e in polib.pofile(out)}["\nUsage: demo [options]\n\n  --help   show this help\n"]
+    assert usage.msgstr == "\n「Usage: demo [options]」\n\n  --help   show this help\n" and "fuzzy" in usage.flags
+    assert report == po.Report(filled=EMPTY_SLOTS, kept_source=0, over_limit=1)

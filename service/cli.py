@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from service import translate_po
+
 if TYPE_CHECKING:
     from service.engine import AttentionResult
     from service.settings import Settings
@@ -42,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--target-text", default=None, help="force-decode this translation")
         else:
             p.add_argument("--json", action="store_true", help="print the texts as a JSON list")
+    translate_po.add_parser(sub)
     return parser
 
 
@@ -65,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.command == "serve":
         return serve(settings)
+    if args.command == "translate-po":
+        return translate_po.main(args, settings)
     return local(args, settings)
 
 

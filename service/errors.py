@@ -46,3 +46,12 @@ class NoSuchIndex(ServiceError):
 
 class ClientGone(Exception):
     """The caller went away before its answer was ready; its texts' rows were freed."""
+
+
+class UnreadableFile(ServiceError):
+    """A file to translate that cannot be read as its format says: not UTF-8 text, not a gettext catalog, or a
+    catalog of another language than the target."""
+
+
+class NoSuchFile(ServiceError):
+    """A translated file that does not exist (or no longer does: stored files expire)."""

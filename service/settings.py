@@ -6,6 +6,7 @@ names the variable.
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -94,6 +95,21 @@ class Settings(BaseSettings):
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list, description="Allowed CORS origins.")
     log_format: Literal["text", "json"] = "text"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    files_dir: Path = Field(
+        Path(tempfile.gettempdir()) / "attnserve-files",
+        description="Where POST /translate_file keeps translated files until they are downloaded or expire; "
+        "several workers may share it.",
+    )
+    max_file_bytes: int = Field(
+        500_000,
+        ge=1,
+        description="Size of a file to translate (413 beyond); the upload also counts against max_body_bytes. "
+        "A file's texts are decoded one batch after another, so a large one holds its request for long.",
+    )
+    file_ttl_s: float = Field(
+        1800.0, gt=0, description="Seconds a translated file stays downloadable; then it is deleted (404)."
+    )
 
     @field_validator("bundles", "api_keys", "cors_origins", mode="before")
     @classmethod

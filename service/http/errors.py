@@ -16,7 +16,16 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from service.errors import AmbiguousSource, ClientGone, NoSuchIndex, OptionOverLimit, TooLarge, UnknownPair
+from service.errors import (
+    AmbiguousSource,
+    ClientGone,
+    NoSuchFile,
+    NoSuchIndex,
+    OptionOverLimit,
+    TooLarge,
+    UnknownPair,
+    UnreadableFile,
+)
 from service.metrics import Metrics
 from service.scheduler import DeadlineExceeded, QueueFull
 
@@ -74,7 +83,9 @@ STATUS: dict[type[Exception], Rule] = {
     UnsupportedFormat: Rule(400, "invalid"),
     UnknownPair: Rule(400, "invalid"),
     AmbiguousSource: Rule(400, "invalid"),
+    UnreadableFile: Rule(400, "invalid"),
     Forbidden: Rule(403, "auth"),
+    NoSuchFile: Rule(404, None),
     TooLarge: Rule(413, "too_large"),
     InvalidField: Rule(422, "invalid"),
     OptionOverLimit: Rule(422, "invalid"),

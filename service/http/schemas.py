@@ -116,3 +116,17 @@ class Language(BaseModel):
 
 class ErrorResponse(BaseModel):
     error: str = Field(description="What is wrong and how to fix it.")
+
+
+class TranslateFileResponse(BaseModel):
+    """Where the translated file can be downloaded (``GET /download_file/<name>``) until it expires."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"translatedFileUrl": "http://127.0.0.1:8000/download_file/3f2a9c0e5b7d41e8a6c4f1b2d3e4f5a6_app.po"}
+            ]
+        }
+    )
+
+    translatedFileUrl: str

@@ -46,3 +46,19 @@ class NoSuchIndex(ServiceError):
 
 class ClientGone(Exception):
     """The caller went away before its answer was ready; its texts' rows were freed."""
+
+
+class InvalidText(ServiceError):
+    """A text the tokenizer cannot take (not valid Unicode: an unpaired surrogate).
+
+    Attributes:
+        field: the request field that holds it (``q`` or ``target_text``).
+    """
+
+    def __init__(self, message: str, field: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class NotReady(ServiceError):
+    """The server is loading its bundles or shutting down: it takes no new work (retry shortly, or elsewhere)."""

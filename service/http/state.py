@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import Request
 
 from service.engine import Engine
-from service.errors import AmbiguousSource, UnknownPair
+from service.errors import AmbiguousSource, NotReady, UnknownPair
 from service.metrics import Metrics
 from service.settings import Settings
 
@@ -18,6 +18,7 @@ class State:
         self.engines = {e.pair: e for e in engines}
         self.metrics = metrics
         self.ready = False
+        self.not_ready = "loading the models"  # why not ready, for /readyz and 503s
 
     def engine(self, source: str, target: str) -> tuple[Engine, bool]:
         """The engine for a pair; ``source="auto"`` picks the only pair with that target. Returns (engine, auto).
@@ -25,7 +26,10 @@ class State:
         Raises:
             UnknownPair: no engine serves the pair.
             AmbiguousSource: ``source="auto"`` and several pairs translate into ``target``.
+            NotReady: the engines are still loading (or failed to).
         """
+        if not self.ready:
+            raise NotReady(f"the server is not ready ({self.not_ready}); retry shortly")
         if source == "auto":
             found = [e for (_, t), e in self.engines.items() if t == target]
             if len(found) == 1:

@@ -21,7 +21,7 @@ class Shutdown:
 
     Args:
         timeout_s: from the signal to the process' exit (``ATTNSERVE_SHUTDOWN_TIMEOUT_S``); requests unanswered
-            :data:`EXIT_ALLOWANCE_S` before it (at most a quarter of it) get 503.
+            :data:`EXIT_ALLOWANCE_S` before it (at most a third of it) get 503.
     """
 
     def __init__(self, timeout_s: float) -> None:
@@ -34,7 +34,7 @@ class Shutdown:
     def begin(self) -> None:
         """Start draining (from a signal handler: it only sets fields)."""
         if not self.draining:
-            self.deadline = time.monotonic() + self.timeout_s - min(EXIT_ALLOWANCE_S, self.timeout_s / 4)
+            self.deadline = time.monotonic() + self.timeout_s - min(EXIT_ALLOWANCE_S, self.timeout_s / 3)
             self.draining = True
 
     def drained(self) -> bool:

@@ -1,13 +1,18 @@
 """Graceful shutdown of a real ``attnserve serve`` process: on SIGTERM /readyz turns 503 at once, new requests get
 503, every request accepted before it is answered in full, and the process exits within
-``ATTNSERVE_SHUTDOWN_TIMEOUT_S``, answering 503 to what is left near the end rather than dropping it."""
+``ATTNSERVE_SHUTDOWN_TIMEOUT_S``, answering 503 to what is left near the end rather than dropping it.
+
+The timings go to test-artifacts/drain/drain.json (docs/DEPLOY.md, "Draining").
+"""
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +20,17 @@ import httpx
 import pytest
 
 from tests.service.process import ServeProcess
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "drain"
+timings: dict[str, Any] = {}  # the drain's measurements, written to test-artifacts/drain/drain.json
+
+
+@pytest.fixture(scope="module", autouse=True)
+def write_timings() -> Iterator[None]:
+    yield
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "drain.json").write_text(json.dumps(timings, indent=2) + "\n")
+
 
 # Forced decoding: a fixed number of decoder steps, each slowed down, so a request's time in flight is known.
 FORCED = {"q": "Open the file", "source": "en", "target": "ja", "target_text": "ファイルを開いて設定を保存してください"}
@@ -82,8 +98,9 @@ def test_sigterm_drains_requests_in_flight(tiny_bundle: Path, tmp_path: Path) ->
 
         signalled = time.monotonic()
         server.terminate()
-        time.sleep(0.1)
-        ready = httpx.get(server.url + "/readyz", timeout=5)  # a new connection: the drain still listens
+        while (ready := httpx.get(server.url + "/readyz", timeout=5)).status_code == 200:  # new connections
+            assert time.monotonic() - signalled < 0.5, "/readyz still 200 after SIGTERM"
+        timings["readyz_503_after_s"] = round(time.monotonic() - signalled, 3)
         assert ready.status_code == 503 and ready.headers["Retry-After"] == "1", ready.text
         assert "shutting down" in ready.json()["error"]
         new = httpx.post(server.url + "/translate", json={"q": "Save", "target": "ja"}, timeout=5)
@@ -107,6 +124,8 @@ def test_sigterm_drains_requests_in_flight(tiny_bundle: Path, tmp_path: Path) ->
     last = max(a[0] for a in answers)
     assert last - signalled > 0.5, "every request was answered before the signal: slow the steps down"
     assert exited - last < 3, "the process lingered after the last answer"
+    timings.update(in_flight=n, last_answer_after_s=round(last - signalled, 2))
+    timings["exit_after_s"] = round(exited - signalled, 2)
     assert exited - signalled < 30
     log = server.text()
     assert "Traceback" not in log and "ERROR" not in log, log
@@ -115,9 +134,9 @@ def test_sigterm_drains_requests_in_flight(tiny_bundle: Path, tmp_path: Path) ->
 
 
 def test_past_the_timeout_what_remains_gets_503(tiny_bundle: Path, tmp_path: Path) -> None:
-    """Requests that would take 23 × 0.5 s get 503 + Retry-After before the 3 s timeout ends; none is dropped."""
-    n, timeout = 4, 3.0
-    with ServeProcess(tmp_path / "log", slow_step_s=0.5, bundles=tiny_bundle, shutdown_timeout_s=timeout) as server:
+    """Requests that would take 23 × 0.25 s get 503 + Retry-After before the 4 s timeout ends; none is dropped."""
+    n, timeout = 4, 4.0
+    with ServeProcess(tmp_path / "log", slow_step_s=0.25, bundles=tiny_bundle, shutdown_timeout_s=timeout) as server:
         server.wait_ready()
         answers, threads = send_all(server, n)
         signalled = time.monotonic()
@@ -133,5 +152,10 @@ def test_past_the_timeout_what_remains_gets_503(tiny_bundle: Path, tmp_path: Pat
         assert headers["Retry-After"] == "1" and "shutting down" in answer["error"]
         assert at - signalled < timeout
     assert exited - signalled < timeout, f"exit {exited - signalled:.2f} s after SIGTERM"
+    timings["past_timeout"] = {
+        "shutdown_timeout_s": timeout,
+        "last_503_after_s": round(max(a[0] for a in answers) - signalled, 2),
+        "exit_after_s": round(exited - signalled, 2),
+    }
     log = server.text()
     assert "Traceback" not in log and "ERROR" not in log, log

@@ -4,6 +4,7 @@ line with exit code 2; once the checks pass it listens while it loads, /readyz 5
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -20,7 +21,7 @@ from tests.service.process import REPO, ServeProcess, free_port
 
 def serve(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     """``attnserve serve`` with only ``env``'s ATTNSERVE_* settings, to its end (a healthy one would not end)."""
-    base = {k: v for k, v in __import__("os").environ.items() if not k.startswith("ATTNSERVE_")}
+    base = {k: v for k, v in os.environ.items() if not k.startswith("ATTNSERVE_")}
     return subprocess.run(
         [sys.executable, "-c", "from service.cli import main; exit(main())", "serve", *args],
         cwd=REPO,

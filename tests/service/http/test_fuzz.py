@@ -40,6 +40,7 @@ def test_schemathesis_finds_no_server_error(tiny_bundle: Path, tmp_path: Path) -
             capture_output=True,
             text=True,
             timeout=300,
+            cwd=tmp_path,  # its cache of crashes, outside the repository
         )
         log = server.text()
     result = json.loads(report.read_text())

@@ -6,14 +6,17 @@ import asyncio
 import gc
 import json
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager, suppress
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from service.engine import Engine
+from service import startup
+from service.bundle import Bundle
+from service.engine import Engine, Runners
 from service.http import errors
+from service.http.drain import Drain, Shutdown
 from service.http.middleware import BodyLimit, RequestMetrics
 from service.http.openapi import openapi_with_request_bodies
 from service.http.routes import ROUTERS
@@ -44,26 +47,39 @@ def configure_logging(settings: Settings) -> None:
     root.setLevel(settings.log_level.upper())
 
 
-async def start(settings: Settings) -> State:
-    """Load every bundle, start its schedulers and warm it up: the state the routes read, ready."""
-    configure_logging(settings)
-    metrics = Metrics()
-    engines = [Engine.load(path, settings) for path in settings.bundles]
-    state = State(settings, engines, metrics)
-    for e in engines:
-        metrics.model_info.labels(e.bundle.name, *e.pair, e.provider).set(1)
-        await e.start(on_step=metrics.observe_step, on_input=metrics.input_tokens.inc)
-    metrics.track(
-        lambda: sum(e.queue_depth for e in engines),
-        lambda: sum(e.active_sequences for e in engines),
-    )
-    if settings.warmup:
+async def start(state: State, bundles: list[Bundle], on_fatal: Callable[[str], None] | None = None) -> None:
+    """Build every bundle's runners, start its schedulers and warm it up, then mark ``state`` ready; on the event
+    loop while the server already answers (/readyz is 503 meanwhile). The ONNX Runtime sessions load on a thread.
+
+    A failure is logged in one line, left in /readyz's answer, and handed to ``on_fatal`` (the command line exits).
+    """
+    settings, metrics = state.settings, state.metrics
+    try:
+        engines = []
+        for bundle in bundles:
+            runners = await asyncio.to_thread(Runners.build, bundle, settings)
+            engines.append(Engine(bundle, settings, runners))
         for e in engines:
-            await asyncio.to_thread(e.warm_up)
+            metrics.model_info.labels(e.bundle.name, *e.pair, e.provider).set(1)
+            await e.start(on_step=metrics.observe_step, on_input=metrics.input_tokens.inc)
+        state.engines = {e.pair: e for e in engines}
+        metrics.track(
+            lambda: sum(e.queue_depth for e in engines),
+            lambda: sum(e.active_sequences for e in engines),
+        )
+        if settings.warmup:
+            for e in engines:
+                await asyncio.to_thread(e.warm_up)
+    except Exception as e:  # a graph ONNX Runtime refuses, a provider that fails: the process cannot serve
+        state.not_ready = f"start-up failed: {type(e).__name__}: {' '.join(str(e).split())}"
+        log.error("%s", state.not_ready)
+        log.debug("start-up failure", exc_info=True)
+        if on_fatal is not None:
+            on_fatal(state.not_ready)
+        return
     freeze_start_up()
     state.ready = True
     log.info("serving %s", ", ".join(f"{e.bundle.name} ({'→'.join(e.pair)})" for e in engines))
-    return state
 
 
 def freeze_start_up() -> None:
@@ -75,20 +91,35 @@ def freeze_start_up() -> None:
     gc.set_threshold(10_000, *gc.get_threshold()[1:])
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(
+    settings: Settings | None = None,
+    bundles: list[Bundle] | None = None,
+    on_fatal: Callable[[str], None] | None = None,
+) -> FastAPI:
     """The attnserve app (``uvicorn --factory service.app:create_app``); ``settings`` default to the environment's.
 
-    Bundles, runners and schedulers are made when the app starts (the lifespan), never here or at import.
+    The lifespan checks the bundles (service/startup.py; ``bundles`` already checked skip that), then lets the
+    server listen while :func:`start` builds the runners and warms up in the background; /translate and /attention
+    answer 503 until then. ``on_fatal`` hears of a start-up failure after listening. ``app.state.shutdown`` is the
+    drain that service/server.py begins on SIGTERM.
     """
     s = settings or Settings()
     holder: dict[str, State] = {}
+    shutdown = Shutdown(s.shutdown_timeout_s)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        app.state.attnserve = holder["state"] = state = await start(s)
+        configure_logging(s)
+        checked = startup.check(s) if bundles is None else bundles
+        app.state.attnserve = holder["state"] = state = State(s, [], Metrics())
+        loading = asyncio.create_task(start(state, checked, on_fatal))
         try:
             yield
         finally:
+            if not loading.done():
+                loading.cancel()
+                with suppress(asyncio.CancelledError):
+                    await loading
             for e in state.engines.values():
                 await e.stop()
 
@@ -107,7 +138,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return holder["state"].metrics if "state" in holder else None
 
     errors.install(app, metrics)
+    app.state.shutdown = shutdown
     app.add_middleware(BodyLimit, limit=s.max_body_bytes)
+    app.add_middleware(Drain, shutdown=shutdown)
     if s.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=s.cors_origins, allow_methods=["*"], allow_headers=["*"])
     app.add_middleware(RequestMetrics, metrics=metrics)

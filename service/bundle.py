@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 import sentencepiece as spm
 
+from service.errors import InvalidText
+
 FORMAT = "attnserve-bundle/4"
 
 
@@ -105,19 +107,30 @@ class Tokenizer:
             self.pieces_by_id = {i: self.target.id_to_piece(i) for i in range(self.target.get_piece_size())}
         self.special = {spec.eos_id, spec.pad_id}
 
-    def _ids(self, sp: spm.SentencePieceProcessor, text: str) -> list[int]:
-        if self.vocab is None:
-            return list(sp.encode(text))
-        unk = self.spec.unk_id
-        return [self.vocab.get(p, unk) for p in sp.encode(text, out_type=str)]
+    def _ids(self, sp: spm.SentencePieceProcessor, text: str, field: str) -> list[int]:
+        try:
+            if self.vocab is None:
+                return list(sp.encode(text))
+            unk = self.spec.unk_id
+            return [self.vocab.get(p, unk) for p in sp.encode(text, out_type=str)]
+        except RuntimeError as e:  # SentencePiece takes UTF-8 only: a str it cannot encode fails the cast
+            raise InvalidText(unencodable(text, field), field) from e
 
     def encode_source(self, text: str) -> list[int]:
-        """Source ids with the closing </s>."""
-        return [*self._ids(self.source, text), self.spec.eos_id]
+        """Source ids with the closing </s>.
+
+        Raises:
+            InvalidText: the text is not valid Unicode (field ``q``).
+        """
+        return [*self._ids(self.source, text, "q"), self.spec.eos_id]
 
     def encode_target(self, text: str) -> list[int]:
-        """Target ids with the closing </s> (for forced decoding)."""
-        return [*self._ids(self.target, text), self.spec.eos_id]
+        """Target ids with the closing </s> (for forced decoding).
+
+        Raises:
+            InvalidText: the text is not valid Unicode (field ``target_text``).
+        """
+        return [*self._ids(self.target, text, "target_text"), self.spec.eos_id]
 
     def pieces(self, ids: list[int]) -> list[str]:
         return [self.pieces_by_id.get(i, "<unk>") for i in ids]
@@ -125,6 +138,18 @@ class Tokenizer:
     def decode(self, ids: list[int]) -> str:
         pieces = [self.pieces_by_id.get(i, "") for i in ids if i not in self.special]
         return str(self.target.decode_pieces(pieces))
+
+
+def unencodable(text: str, field: str) -> str:
+    """Why SentencePiece refused ``text``: where it stops being valid Unicode, for the error message."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return (
+            f"{field}: character {e.start} is {text[e.start]!r}, an unpaired surrogate (not valid Unicode); "
+            "send UTF-8 text (in JSON, a \\ud800-\\udfff escape must be half of a pair)"
+        )
+    return f"{field}: the tokenizer cannot read this text; send valid UTF-8 text"
 
 
 def sha256(path: Path) -> str:

@@ -54,17 +54,15 @@ def main(argv: list[str] | None = None) -> int:
         model_cli = importlib.import_module("model.cli")
         return int(model_cli.main(argv))
     args = build_parser().parse_args(argv)
-    from pydantic import ValidationError
-
-    from service.settings import Settings
+    from service.startup import StartupError, load_settings
 
     overrides = {k: v for k, v in (("host", getattr(args, "host", None)), ("port", getattr(args, "port", None))) if v}
     if getattr(args, "bundle", None):
         overrides["bundles"] = args.bundle if isinstance(args.bundle, list) else [args.bundle]
     try:
-        settings = Settings(**overrides)
-    except ValidationError as e:
-        print(f"attnserve: invalid settings:\n{e}", file=sys.stderr)
+        settings = load_settings(overrides)
+    except StartupError as e:
+        print(f"attnserve: {e}", file=sys.stderr)
         return 2
     if args.command == "serve":
         return serve(settings)
@@ -74,12 +72,26 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def serve(settings: Settings) -> int:
+    """Check the settings, the bundles and the address (one line on stderr and code 2 for what is wrong), then
+    serve until SIGTERM has drained; 2 if start-up fails after listening (the log says why)."""
     import uvicorn
 
     from service.app import create_app
+    from service.server import Server
+    from service.startup import StartupError, bind, check
 
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_config=None)
-    return 0
+    try:
+        bundles = check(settings)
+        sock = bind(settings)
+    except StartupError as e:
+        print(f"attnserve: {e}", file=sys.stderr)
+        return 2
+    app = create_app(settings, bundles, on_fatal=lambda message: server.fail(message))
+    # uvicorn's own shutdown comes after the drain, with nothing left but 503s to send: a second is plenty.
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None, timeout_graceful_shutdown=1)
+    server = Server(config, app.state.shutdown)
+    server.run(sockets=[sock])
+    return server.exit_code
 
 
 def local(args: argparse.Namespace, settings: Settings) -> int:

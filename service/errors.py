@@ -55,3 +55,19 @@ class UnreadableFile(ServiceError):
 
 class NoSuchFile(ServiceError):
     """A translated file that does not exist (or no longer does: stored files expire)."""
+
+
+class InvalidText(ServiceError):
+    """A text the tokenizer cannot take (not valid Unicode: an unpaired surrogate).
+
+    Attributes:
+        field: the request field that holds it (``q`` or ``target_text``).
+    """
+
+    def __init__(self, message: str, field: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class NotReady(ServiceError):
+    """The server is loading its bundles or shutting down: it takes no new work (retry shortly, or elsewhere)."""

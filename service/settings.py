@@ -77,6 +77,13 @@ class Settings(BaseSettings):
     )
     request_timeout_s: float = Field(30.0, gt=0, description="Deadline per request; a missed one gets 504.")
     warmup: bool = Field(True, description="Translate once at start-up before /readyz says ready.")
+    shutdown_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="On SIGTERM, the most seconds from the signal to the exit: requests in flight are answered in "
+        "full meanwhile, new ones get 503; those still unanswered near the end get 503. Orchestrators' grace "
+        "periods must be longer (docs/DEPLOY.md).",
+    )
 
     max_chars: int = Field(5000, ge=1, description="Characters per text (413 beyond).")
     max_tokens: int = Field(256, ge=2, description="Source tokens per text, </s> included (413 beyond).")

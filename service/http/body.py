@@ -31,12 +31,13 @@ async def parse_body(request: Request, model: type[M]) -> M:
         data = {}
         for key in form:
             values = [v for v in form.getlist(key) if isinstance(v, str)]
-            data[key] = values if len(values) > 1 or key in LISTS else values[0]
+            if values:  # a field sent only as a file is no text: it counts as missing
+                data[key] = values if len(values) > 1 or key in LISTS else values[0]
     else:
         raw = await request.body()
         try:
             data = json.loads(raw) if raw else None
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        except (ValueError, RecursionError) as e:  # bad syntax or UTF-8, an integer too long, nesting too deep
             raise MalformedBody(f"malformed JSON body: {e}; send a JSON object or form fields") from e
         if not isinstance(data, dict):
             raise MalformedBody("the body must be a JSON object (or form fields)")

@@ -5,6 +5,7 @@ Every error answer is ``{"error": "<what is wrong and how to fix it>"}``, never 
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -19,8 +20,10 @@ from starlette.requests import ClientDisconnect
 from service.errors import (
     AmbiguousSource,
     ClientGone,
+    InvalidText,
     NoSuchFile,
     NoSuchIndex,
+    NotReady,
     OptionOverLimit,
     TooLarge,
     UnknownPair,
@@ -54,9 +57,20 @@ def validation_message(errors: Sequence[Mapping[str, Any]]) -> str:
     return "invalid request: " + "; ".join(parts)
 
 
+class ErrorResponse(JSONResponse):
+    """JSON that stays valid when a message echoes input that is not valid Unicode (an unpaired surrogate): such
+    characters are written as JSON escapes rather than failing UTF-8 encoding."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return super().render(content)
+        except UnicodeEncodeError:
+            return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+
+
 def error(status: int, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
     """An error answer: ``{"error": message}`` with ``status``."""
-    return JSONResponse({"error": message}, status_code=status, headers=headers)
+    return ErrorResponse({"error": message}, status_code=status, headers=headers)
 
 
 @dataclass(frozen=True)
@@ -78,6 +92,10 @@ def _retry_after(e: QueueFull) -> dict[str, str]:
     return {"Retry-After": str(e.retry_after)}
 
 
+def _retry_soon(_: NotReady) -> dict[str, str]:
+    return {"Retry-After": "1"}
+
+
 STATUS: dict[type[Exception], Rule] = {
     MalformedBody: Rule(400, "invalid"),
     UnsupportedFormat: Rule(400, "invalid"),
@@ -95,6 +113,8 @@ STATUS: dict[type[Exception], Rule] = {
     ClientDisconnect: Rule(499, None, _gone),  # gone while its body was still coming
     QueueFull: Rule(503, "queue_full", lambda e: f"{e}: the server is at capacity", _retry_after),
     DeadlineExceeded: Rule(504, "deadline", lambda e: f"{e}; try a shorter text or retry later"),
+    InvalidText: Rule(400, "invalid"),
+    NotReady: Rule(503, None, str, _retry_soon),
 }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import Request
 
 from service.engine import Engine
-from service.errors import AmbiguousSource, UnknownPair
+from service.errors import AmbiguousSource, NotReady, UnknownPair
 from service.files import FileStore
 from service.metrics import Metrics
 from service.settings import Settings
@@ -20,6 +20,7 @@ class State:
         self.metrics = metrics
         self.ready = False
         self.files = FileStore(settings.files_dir, settings.file_ttl_s)  # /translate_file's
+        self.not_ready = "loading the models"  # why not ready, for /readyz and 503s
 
     def engine(self, source: str, target: str) -> tuple[Engine, bool]:
         """The engine for a pair; ``source="auto"`` picks the only pair with that target. Returns (engine, auto).
@@ -27,7 +28,10 @@ class State:
         Raises:
             UnknownPair: no engine serves the pair.
             AmbiguousSource: ``source="auto"`` and several pairs translate into ``target``.
+            NotReady: the engines are still loading (or failed to).
         """
+        if not self.ready:
+            raise NotReady(f"the server is not ready ({self.not_ready}); retry shortly")
         if source == "auto":
             found = [e for (_, t), e in self.engines.items() if t == target]
             if len(found) == 1:

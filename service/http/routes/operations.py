@@ -21,10 +21,11 @@ async def healthz() -> dict[str, str]:
 
 @router.get("/readyz", responses={503: {"model": ErrorResponse}})
 async def readyz(request: Request) -> Response:
-    """Ready: every bundle is loaded and has decoded once."""
+    """Ready: every bundle is loaded and has decoded once (503 while loading, after a start-up failure, and while
+    draining on SIGTERM: service/http/drain.py answers then)."""
     state = state_of(request)
     if not state.ready:
-        return error(503, "warming up", {"Retry-After": "1"})
+        return error(503, state.not_ready, {"Retry-After": "1"})
     return JSONResponse({"status": "ready", "models": [e.bundle.name for e in state.engines.values()]})
 
 

@@ -22,7 +22,9 @@ def encode(weights: npt.NDArray[np.float64], encoding: Encoding) -> Any:
     """One kind's [layer][head][query][key] weights as ``encoding`` asks; JSON lists stay a numpy array, which the
     response serializer writes as nested lists."""
     if encoding == "json":
-        return weights
+        return np.ascontiguousarray(
+            weights
+        )  # orjson writes C-order arrays only (a layer or head picked out may not be)
     shape = list(weights.shape)
     if encoding == "float16":
         return {"dtype": "float16", "shape": shape, "data": _base64(weights.astype("<f2"))}

@@ -61,7 +61,7 @@ def answer(body: TranslateRequest, translations: list[Translation], detected: st
         language = {"confidence": 100, "language": detected}
         out["detectedLanguage"] = language if one else [language] * len(translations)
     if body.return_details:
-        details = [details_json(t.details) for t in translations if t.details is not None]
+        details = [details_json(t.details) if t.details is not None else {} for t in translations]
         out["details"] = details[0] if one else details
     return out
 

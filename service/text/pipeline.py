@@ -64,13 +64,17 @@ class Prepared:
             texts = [[next(it) for _ in stretch] for stretch in stretches]
             versions = []
             for k in range(alternatives + 1):
-                joined = [
-                    "".join(lead + (h[k] if k < len(h) else h[0]) + trail for (lead, trail), h in zip(st, hs, strict=True))
-                    for st, hs in zip(stretches, texts, strict=True)
-                ]
+                joined = [_joined(st, hs, k) for st, hs in zip(stretches, texts, strict=True)]
                 versions.append(lay.join(joined))
             out.append((versions[0], versions))
         return out
+
+
+def _joined(parts: list[tuple[str, str]], hypotheses: list[list[str]], k: int) -> str:
+    """A stretch from its sentences' k-th texts (the best where a sentence has fewer), edge whitespace kept."""
+    return "".join(
+        lead + (h[k] if k < len(h) else h[0]) + trail for (lead, trail), h in zip(parts, hypotheses, strict=True)
+    )
 
 
 class TextPipeline:
@@ -97,9 +101,7 @@ class TextPipeline:
         self.split_chars = split_chars
         self.glossary = dict(glossary or {})
         self.aggregation = aggregation
-        sp = tokenizer.source
-        pieces = (sp.id_to_piece(i) for i in range(sp.get_piece_size()) if not sp.is_byte(i) and not sp.is_control(i))
-        self.vocabulary = frozenset(c for p in pieces for c in p if c != "▁")
+        self.vocabulary = characters(tokenizer)
 
     def plain(self, text: str) -> bool:
         """Whether ``text`` decodes as it is: no edge whitespace, one line, short, no span."""
@@ -152,6 +154,15 @@ class TextPipeline:
         else:
             places = positions(segment.masked, tok.pieces(src), weights, len(tokens))
         return restore(segment.masked, pieces, places, _detokenizer(tok))
+
+
+def characters(tokenizer: Tokenizer) -> frozenset[str]:
+    """The characters of the source vocabulary's pieces (byte and control pieces aside): others are spans."""
+    sp = getattr(tokenizer, "source", None)  # a tokenizer without a SentencePiece model protects no character
+    if sp is None:
+        return frozenset()
+    pieces = (sp.id_to_piece(i) for i in range(sp.get_piece_size()) if not sp.is_byte(i) and not sp.is_control(i))
+    return frozenset(c for p in pieces for c in p if c != "▁")
 
 
 def _detokenizer(tok: Tokenizer) -> Callable[[list[str]], str]:

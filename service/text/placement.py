@@ -95,7 +95,8 @@ def restore(
     at: dict[int, list[int]] = {}
     for i, p in enumerate(places):
         at.setdefault(len(target_pieces) if p is None else min(p, len(target_pieces)), []).append(i)
-    out, chunk = [], []
+    out: list[str] = []
+    chunk: list[str] = []
     for t in range(len(target_pieces) + 1):
         if t in at:
             out.append(_text(chunk, detokenize, bool(out)))

@@ -8,9 +8,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from service.engine import Details, Options, Translation
+from service.formats.html import translate_html
 from service.http.auth import check_api_key
 from service.http.body import parse_body
-from service.http.errors import UnsupportedFormat
 from service.http.limits import check_options, check_texts
 from service.http.openapi import ERRORS, request_body
 from service.http.schemas import TranslateRequest, TranslateResponse
@@ -31,8 +31,6 @@ async def translate(request: Request) -> JSONResponse:
     state = state_of(request)
     body = await parse_body(request, TranslateRequest)
     check_api_key(state.settings, request, body.api_key)
-    if body.format != "text":
-        raise UnsupportedFormat("format 'html' is not supported; send plain text with format 'text'")
     engine, auto = state.engine(body.source, body.target)
     texts = [body.q] if isinstance(body.q, str) else body.q
     check_texts(state.settings, texts)
@@ -42,9 +40,15 @@ async def translate(request: Request) -> JSONResponse:
         alternatives=body.alternatives,
         length_penalty=body.length_penalty,
         details=body.return_details,
+        glossary=body.glossary,
+        keep=tuple(body.keep or ()),
     )
     check_options(state.settings, options)
-    translations = await engine.translate(texts, options, request.is_disconnected)
+    if body.format == "html":
+        html = [await translate_html(engine, t, options) for t in texts]
+        translations = [Translation(t, [], None) for t in html]
+    else:
+        translations = await engine.translate(texts, options, request.is_disconnected)
     detected = engine.pair[0] if auto else None
     return JSONResponse(answer(body, translations, detected))  # already TranslateResponse's: no second validation
 

@@ -35,6 +35,10 @@ class UnsupportedFormat(Exception):
     """The request asks for a text format the service does not translate."""
 
 
+class EmptyText(Exception):
+    """/attention got an empty text: there is nothing whose attention to show."""
+
+
 class Forbidden(Exception):
     """API keys are configured and the request carries none of them."""
 
@@ -74,6 +78,7 @@ STATUS: dict[type[Exception], Rule] = {
     UnsupportedFormat: Rule(400, "invalid"),
     UnknownPair: Rule(400, "invalid"),
     AmbiguousSource: Rule(400, "invalid"),
+    EmptyText: Rule(400, "invalid"),
     Forbidden: Rule(403, "auth"),
     TooLarge: Rule(413, "too_large"),
     InvalidField: Rule(422, "invalid"),

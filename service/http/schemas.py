@@ -69,7 +69,7 @@ class AttentionRequest(BaseModel):
         },
     )
 
-    q: str = Field(min_length=1, description="One text (not empty).")
+    q: str = Field(description="One text (not empty: 400).")
     source: str = "auto"
     target: str
     target_text: str | None = Field(None, description="Force-decode this translation instead of searching.")

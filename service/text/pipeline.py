@@ -146,14 +146,19 @@ class TextPipeline:
         tok = self.tokenizer
         tokens = [t for t in hyp.tokens if t not in tok.special]
         if segment.masked is None:
-            return tok.decode(hyp.tokens)
+            return _one_line(tok.decode(hyp.tokens).replace("\ufffd", ""))
         pieces = tok.pieces(tokens)
         weights = self.aggregation.apply(np.stack(hyp.cross_attention)) if hyp.cross_attention else None
         if weights is None:
             places: list[int | None] = [None] * len(segment.masked.outputs)
         else:
             places = positions(segment.masked, tok.pieces(src), weights, len(tokens))
-        return restore(segment.masked, pieces, places, _detokenizer(tok))
+        return _one_line(restore(segment.masked, pieces, places, _detokenizer(tok)))
+
+
+def _one_line(text: str) -> str:
+    """A segment's translation within its line: the layout alone decides where lines break."""
+    return " ".join(text.split()) if "\n" in text or "\r" in text else text.strip()
 
 
 def characters(tokenizer: Tokenizer) -> frozenset[str]:

@@ -100,7 +100,8 @@ def restore(
     for t in range(len(target_pieces) + 1):
         if t in at:
             out.append(_text(chunk, detokenize, bool(out)))
-            out += [masked.outputs[i] for i in sorted(at[t])]
+            boundary = t < len(target_pieces) and target_pieces[t].startswith("▁") and "".join(out).strip()
+            out += [" " if boundary else "", *(masked.outputs[i] for i in sorted(at[t]))]  # the word's space
             chunk = []
         if t < len(target_pieces) and t not in drop:
             chunk.append(target_pieces[t])
@@ -110,7 +111,7 @@ def restore(
 
 def _text(pieces: list[str], detokenize: Callable[[list[str]], str], inner: bool) -> str:
     """A chunk's text; SentencePiece drops a chunk's leading word boundary, which inside the text is a space."""
-    text = _STAND_IN.sub("", detokenize(pieces))
+    text = _STAND_IN.sub("", detokenize(pieces)).replace("\ufffd", "")  # bytes that spell no character
     return " " + text if inner and pieces and pieces[0].startswith("▁") else text
 
 

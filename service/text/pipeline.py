@@ -27,6 +27,7 @@ class Segment:
 
     source: str
     masked: Masked | None
+    plain: bool = False  # the whole text, decoded as the fast path decodes it (the same answer in any request)
 
 
 @dataclass
@@ -124,6 +125,11 @@ class TextPipeline:
             return None
         prepared = Prepared()
         for text in texts:
+            if self.plain(text) and not keep and not any(t in text for t in terms):
+                prepared.segments.append(Segment(text, None, plain=True))
+                prepared.layouts.append(Layout(["", text, ""]))
+                prepared.parts.append([[("", "")]])
+                continue
             lay = layout(text)
             stretches = []
             for stretch in lay.stretches:
@@ -145,6 +151,8 @@ class TextPipeline:
         """One hypothesis' text, with the segment's spans put back where cross-attention places them."""
         tok = self.tokenizer
         tokens = [t for t in hyp.tokens if t not in tok.special]
+        if segment.plain:
+            return tok.decode(hyp.tokens)
         if segment.masked is None:
             return _one_line(tok.decode(hyp.tokens).replace("\ufffd", ""))
         pieces = tok.pieces(tokens)

@@ -175,7 +175,7 @@ def characters(tokenizer: Tokenizer) -> frozenset[str]:
     if sp is None:
         return frozenset()
     pieces = (sp.id_to_piece(i) for i in range(sp.get_piece_size()) if not sp.is_byte(i) and not sp.is_control(i))
-    return frozenset(c for p in pieces for c in p if c != "▁")
+    return frozenset(c for p in pieces for c in p if c != "▁") | {" ", "\t"}  # spaces are word boundaries (▁)
 
 
 def _detokenizer(tok: Tokenizer) -> Callable[[list[str]], str]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -118,3 +120,13 @@ def test_aggregations() -> None:
     cross = np.random.default_rng(0).random((4, 3, 8, 5))  # (T, L, h, S)
     assert np.allclose(Aggregation("last").apply(cross), cross[:, -1].mean(axis=1))
     assert np.allclose(Aggregation("mean", 3).apply(cross), cross.mean(axis=1)[:, 3])
+
+
+def test_the_tiny_vocabulary_lets_ordinary_sentences_take_the_fast_path(tiny_bundle: Path) -> None:
+    from service.bundle import load_bundle
+    from service.text.pipeline import TextPipeline
+
+    pipeline = TextPipeline(load_bundle(tiny_bundle).tokenizer, "en", 200)
+    assert pipeline.plain("Open the selected file")
+    assert pipeline.prepare(["Open the selected file", "Save as"]) is None
+    assert not pipeline.plain("Open %s") and not pipeline.plain(" Open") and not pipeline.plain("a\nb")

@@ -154,7 +154,7 @@ class TextPipeline:
         if segment.plain:
             return tok.decode(hyp.tokens)
         if segment.masked is None:
-            return _one_line(tok.decode(hyp.tokens).replace("\ufffd", ""))
+            return _one_line(tok.decode(hyp.tokens))
         pieces = tok.pieces(tokens)
         weights = self.aggregation.apply(np.stack(hyp.cross_attention)) if hyp.cross_attention else None
         if weights is None:

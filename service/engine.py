@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -23,6 +23,8 @@ from service.errors import ClientGone, NoSuchIndex, TooLarge
 from service.runner import CPU, Runner
 from service.scheduler import Scheduler, StepStats
 from service.settings import Settings
+from service.text.glossary import read_glossary
+from service.text.pipeline import Prepared, TextPipeline
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +42,8 @@ class Options:
         alternatives: extra translations wanted; the beam widens to at least alternatives + 1.
         length_penalty: finished beam hypotheses rank by score / length^length_penalty.
         details: add tokens, scores and a cross-attention alignment to each translation.
+        glossary: source term → target term, enforced where a term occurs (service/text/).
+        keep: terms copied verbatim.
     """
 
     beam_size: int = 1
@@ -47,6 +51,8 @@ class Options:
     alternatives: int = 0
     length_penalty: float = 1.0
     details: bool = False
+    glossary: Mapping[str, str] | None = None
+    keep: tuple[str, ...] = ()
 
     @property
     def beam(self) -> int:
@@ -151,6 +157,25 @@ def distinct(texts: list[str], n: int) -> list[str]:
     return out
 
 
+def join_details(parts: list[Details]) -> Details | None:
+    """One text's details from its segments': tokens concatenated, alignment indices into the joined source
+    tokens; None for a text that decoded nothing (empty or whitespace)."""
+    if not parts:
+        return None
+    source: list[str] = []
+    alignment: list[int] = []
+    for d in parts:
+        alignment += [a + len(source) for a in d.alignment]
+        source += d.source_tokens
+    return Details(
+        source_tokens=source,
+        tokens=[t for d in parts for t in d.tokens],
+        score=round(sum(d.score for d in parts), 6),
+        token_scores=[x for d in parts for x in d.token_scores],
+        alignment=alignment,
+    )
+
+
 def _ignore(_: int) -> None:
     pass
 
@@ -171,6 +196,8 @@ class Engine:
         self.runners = runners
         self.schedulers: dict[str, list[Scheduler]] = {}  # "exact", "fast": one per decoding thread
         self._on_input: Callable[[int], object] = _ignore
+        glossary = read_glossary(settings.glossary_dir, bundle.source_lang, bundle.target_lang)
+        self.text = TextPipeline(self.tokenizer, bundle.source_lang, settings.sentence_split_chars, glossary)
 
     @classmethod
     def load(cls, path: Path, settings: Settings) -> Engine:
@@ -246,6 +273,12 @@ class Engine:
             DeadlineExceeded: ``request_timeout_s`` passed first.
             ClientGone: ``gone()`` said the caller went away; the texts' rows were freed.
         """
+        prepared = self.text.prepare(texts, options.glossary, options.keep)
+        if prepared is not None:
+            requests = self._segment_requests(prepared, options)
+            self._on_input(sum(len(r.src) for r in requests))
+            results = await self._wait(requests, False, gone) if requests else []
+            return self._finished(prepared, requests, results, options)
         requests = [self._request(t, options, options.details) for t in texts]
         self._on_input(sum(len(r.src) for r in requests))
         results = await self._wait(requests, False, gone)
@@ -253,8 +286,35 @@ class Engine:
 
     def translate_now(self, texts: Sequence[str], options: Options) -> list[Translation]:
         """:meth:`translate` without a scheduler (the command line), on the same graphs."""
+        prepared = self.text.prepare(texts, options.glossary, options.keep)
+        if prepared is not None:
+            requests = self._segment_requests(prepared, options)
+            results = self._decode_now(requests, False) if requests else []
+            return self._finished(prepared, requests, results, options)
         requests = [self._request(t, options, options.details) for t in texts]
         return self._translations(requests, self._decode_now(requests, False), options)
+
+    def _segment_requests(self, prepared: Prepared, options: Options) -> list[DecodeRequest]:
+        """One request a segment; those with spans collect attention, which places them."""
+        return [self._request(s.source, options, options.details or s.masked is not None) for s in prepared.segments]
+
+    def _finished(
+        self, prepared: Prepared, requests: list[DecodeRequest], results: list[DecodeResult], options: Options
+    ) -> list[Translation]:
+        """Texts put back together from their segments; details join the segments' (alignment into the joined
+        source tokens)."""
+        outputs = []
+        for segment, request, result in zip(prepared.segments, requests, results, strict=True):
+            outputs.append([self.text.restored(segment, request.src, h) for h in result.hypotheses])
+        out = []
+        for (best, versions), parts in zip(
+            prepared.finish(outputs, options.alternatives), prepared.ranges(), strict=True
+        ):
+            details = None
+            if options.details:
+                details = join_details([self._details(requests[i], results[i].hypotheses[0]) for i in parts])
+            out.append(Translation(best, distinct(versions, options.alternatives), details))
+        return out
 
     async def attention(
         self,

@@ -94,6 +94,18 @@ class Settings(BaseSettings):
         256, ge=1, description="Largest max_length (generated tokens); the default is min(this, 2 × source + 10)."
     )
 
+    sentence_split_chars: int = Field(
+        200,
+        ge=1,
+        description="Lines longer than this are cut into sentences, decoded together in one batch; shorter lines "
+        "decode whole (a UI string's sentences read better together).",
+    )
+    glossary_dir: Path | None = Field(
+        None,
+        description="A directory of glossaries, one a pair: <source>-<target>.tsv, lines 'source term<TAB>target "
+        "term' (# comments); a request's own glossary entries override the file's.",
+    )
+
     api_keys: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="If set, /translate and /attention need one of these keys."
     )

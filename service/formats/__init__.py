@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import PurePath
 
-from service.formats import po, text
+from service.formats import html, po, text
 from service.formats.base import Translate
 
 
@@ -48,3 +48,4 @@ def accepted() -> list[str]:
 register(FileFormat(".txt", "text/plain; charset=utf-8", text.translate_file))
 register(FileFormat(".po", "text/x-gettext-translation; charset=utf-8", po.translate_file))
 register(FileFormat(".pot", "text/x-gettext-translation; charset=utf-8", po.translate_file))
+register(FileFormat(".html", "text/html; charset=utf-8", html.translate_file))

@@ -47,6 +47,10 @@ class UnsupportedFormat(Exception):
     """The request asks for a text format the service does not translate."""
 
 
+class EmptyText(Exception):
+    """/attention got an empty text: there is nothing whose attention to show."""
+
+
 class Forbidden(Exception):
     """API keys are configured and the request carries none of them."""
 
@@ -102,6 +106,7 @@ STATUS: dict[type[Exception], Rule] = {
     UnknownPair: Rule(400, "invalid"),
     AmbiguousSource: Rule(400, "invalid"),
     UnreadableFile: Rule(400, "invalid"),
+    EmptyText: Rule(400, "invalid"),
     Forbidden: Rule(403, "auth"),
     NoSuchFile: Rule(404, None),
     TooLarge: Rule(413, "too_large"),

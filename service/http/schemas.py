@@ -25,7 +25,9 @@ class TranslateRequest(BaseModel):
     q: str | list[str] = Field(description="A text, or a list of texts (answers keep the order).")
     source: str = Field("auto", description="Source language code, or 'auto' (the pair serving the target).")
     target: str = Field(description="Target language code, as GET /languages lists it.")
-    format: Literal["text", "html"] = Field("text", description="Only 'text' is supported.")
+    format: Literal["text", "html"] = Field(
+        "text", description="'html': text nodes are translated, markup, attributes, scripts and styles kept."
+    )
     alternatives: int = Field(
         0,
         ge=0,
@@ -38,6 +40,10 @@ class TranslateRequest(BaseModel):
     max_length: int | None = Field(None, ge=1, description="Most tokens to generate per text.")
     length_penalty: float = Field(1.0, ge=0.0, le=4.0, description="Beam ranking: score / length^length_penalty.")
     return_details: bool = Field(False, description="Add tokens, scores and a cross-attention alignment.")
+    glossary: dict[str, str] | None = Field(
+        None, description="Source term → target term: each term found in a text is in its translation as given."
+    )
+    keep: list[str] | None = Field(None, description="Terms copied into the translation verbatim.")
 
 
 class TranslateResponse(BaseModel):
@@ -63,7 +69,7 @@ class AttentionRequest(BaseModel):
         },
     )
 
-    q: str = Field(description="One text.")
+    q: str = Field(description="One text (not empty: 400).")
     source: str = "auto"
     target: str
     target_text: str | None = Field(None, description="Force-decode this translation instead of searching.")

@@ -13,6 +13,7 @@ from service.engine import AttentionResult, Filters, Options
 from service.http.arrays import Encoding, encode
 from service.http.auth import check_api_key
 from service.http.body import parse_body
+from service.http.errors import EmptyText
 from service.http.limits import check_options
 from service.http.openapi import ERRORS, request_body
 from service.http.schemas import AttentionRequest, AttentionResponse
@@ -34,6 +35,8 @@ async def attention(request: Request) -> Response:
     state = state_of(request)
     body = await parse_body(request, AttentionRequest)
     check_api_key(state.settings, request, body.api_key)
+    if not body.q.strip():
+        raise EmptyText("q is empty; send a text with at least one non-space character")
     engine, _ = state.engine(body.source, body.target)
     options = Options(beam_size=body.beam_size, max_length=body.max_length)
     check_options(state.settings, options)

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from service.engine import Details, Options, Translation
+from service.engine import Details, Engine, Options, Translation
+from service.formats.base import Translate
+from service.formats.html import translate_html
 from service.http.auth import check_api_key
 from service.http.body import parse_body
-from service.http.errors import UnsupportedFormat
 from service.http.limits import check_options, check_texts
 from service.http.openapi import ERRORS, request_body
 from service.http.schemas import TranslateRequest, TranslateResponse
@@ -31,8 +33,6 @@ async def translate(request: Request) -> JSONResponse:
     state = state_of(request)
     body = await parse_body(request, TranslateRequest)
     check_api_key(state.settings, request, body.api_key)
-    if body.format != "text":
-        raise UnsupportedFormat("format 'html' is not supported; send plain text with format 'text'")
     engine, auto = state.engine(body.source, body.target)
     texts = [body.q] if isinstance(body.q, str) else body.q
     check_texts(state.settings, texts)
@@ -42,11 +42,29 @@ async def translate(request: Request) -> JSONResponse:
         alternatives=body.alternatives,
         length_penalty=body.length_penalty,
         details=body.return_details,
+        glossary=body.glossary,
+        keep=tuple(body.keep or ()),
     )
     check_options(state.settings, options)
-    translations = await engine.translate(texts, options, request.is_disconnected)
+    if body.format == "html":
+        units = html_translator(engine, replace(options, alternatives=0, details=False), state.settings.max_texts)
+        translations = [Translation(await translate_html(t, units), [], None) for t in texts]
+    else:
+        translations = await engine.translate(texts, options, request.is_disconnected)
     detected = engine.pair[0] if auto else None
     return JSONResponse(answer(body, translations, detected))  # already TranslateResponse's: no second validation
+
+
+def html_translator(engine: Engine, options: Options, size: int) -> Translate:
+    """An HTML text's units translated ``size`` at a time (a page holds more of them than one request may)."""
+
+    async def translate(texts: list[str]) -> list[str | None]:
+        out: list[str | None] = []
+        for i in range(0, len(texts), size):
+            out += [t.text for t in await engine.translate(texts[i : i + size], options)]
+        return out
+
+    return translate
 
 
 def answer(body: TranslateRequest, translations: list[Translation], detected: str | None) -> dict[str, Any]:
@@ -61,7 +79,7 @@ def answer(body: TranslateRequest, translations: list[Translation], detected: st
         language = {"confidence": 100, "language": detected}
         out["detectedLanguage"] = language if one else [language] * len(translations)
     if body.return_details:
-        details = [details_json(t.details) for t in translations if t.details is not None]
+        details = [details_json(t.details) if t.details is not None else {} for t in translations]
         out["details"] = details[0] if one else details
     return out
 

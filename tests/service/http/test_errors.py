@@ -57,7 +57,7 @@ def test_missed_deadline_gives_504(make_server: ServerFactory) -> None:
         ),
         ({"json": {**OK, "beam_size": 9}}, 422, "max_beam_size=8"),
         ({"json": {**OK, "max_length": 10_000}}, 422, "max_length=256"),
-        ({"json": {**OK, "format": "html"}}, 400, "format"),
+        ({"json": {**OK, "format": "xml"}}, 422, "format"),
         ({"json": {**OK, "q": []}}, 422, "empty"),
         ({"json": {"source": "en", "target": "ja"}}, 422, "q"),
         ({"json": ["not", "an", "object"]}, 400, "JSON object"),

@@ -1,0 +1,185 @@
+"""Texts around decoding: each text cut into the sentences to decode (its whitespace, lines and empty lines kept),
+their protected spans and glossary terms masked, and after decoding the translations put back together with every
+span placed by cross-attention.
+
+The engine calls :meth:`TextPipeline.prepare` before decoding and :meth:`Prepared.finish` after it; a request
+whose texts are all plain gets None from ``prepare`` and decodes as it always did.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from service.bundle import Tokenizer
+from service.decoding import Hypothesis
+from service.text.lines import Layout, layout
+from service.text.placement import DEFAULT, Aggregation, positions, restore
+from service.text.sentences import sentences
+from service.text.spans import Masked, find_spans, has_spans, mask
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One sentence to decode: its masked source, or ``masked`` None when it has no span."""
+
+    source: str
+    masked: Masked | None
+    plain: bool = False  # the whole text, decoded as the fast path decodes it (the same answer in any request)
+
+
+@dataclass
+class Prepared:
+    """A request's texts as segments to decode, and how to put each text back together.
+
+    Attributes:
+        segments: every text's segments, in order, decoded together in one call.
+        layouts: per text, its layout; each stretch has ``counts[i]`` segments, each segment its edge whitespace.
+    """
+
+    segments: list[Segment] = field(default_factory=list)
+    layouts: list[Layout] = field(default_factory=list)
+    parts: list[list[list[tuple[str, str]]]] = field(default_factory=list)  # text → stretch → (lead, trail)
+
+    def ranges(self) -> list[range]:
+        """Per text, the indices of its segments in :attr:`segments`."""
+        out, start = [], 0
+        for stretches in self.parts:
+            n = sum(len(st) for st in stretches)
+            out.append(range(start, start + n))
+            start += n
+        return out
+
+    def finish(self, outputs: list[list[str]], alternatives: int) -> list[tuple[str, list[str]]]:
+        """Each text's translation and alternatives from its segments' texts (best first).
+
+        Args:
+            outputs: per segment, its hypotheses' restored texts, best first.
+            alternatives: alternatives wanted per text.
+        """
+        it = iter(outputs)
+        out = []
+        for lay, stretches in zip(self.layouts, self.parts, strict=True):
+            texts = [[next(it) for _ in stretch] for stretch in stretches]
+            versions = []
+            for k in range(alternatives + 1):
+                joined = [_joined(st, hs, k) for st, hs in zip(stretches, texts, strict=True)]
+                versions.append(lay.join(joined))
+            out.append((versions[0], versions))
+        return out
+
+
+def _joined(parts: list[tuple[str, str]], hypotheses: list[list[str]], k: int) -> str:
+    """A stretch from its sentences' k-th texts (the best where a sentence has fewer), edge whitespace kept."""
+    return "".join(
+        lead + (h[k] if k < len(h) else h[0]) + trail for (lead, trail), h in zip(parts, hypotheses, strict=True)
+    )
+
+
+class TextPipeline:
+    """One pair's text handling: its tokenizer's characters, its glossary file's terms and the settings' limits.
+
+    Args:
+        tokenizer: the bundle's; characters outside its pieces are protected spans.
+        language: the source language (sentence rules).
+        split_chars: lines longer than this are cut into sentences.
+        glossary: the pair's glossary file (source term → target term), merged under a request's own.
+        aggregation: how cross-attention places spans.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        language: str,
+        split_chars: int,
+        glossary: Mapping[str, str] | None = None,
+        aggregation: Aggregation = DEFAULT,
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.language = language
+        self.split_chars = split_chars
+        self.glossary = dict(glossary or {})
+        self.aggregation = aggregation
+        self.vocabulary = characters(tokenizer)
+
+    def plain(self, text: str) -> bool:
+        """Whether ``text`` decodes as it is: no edge whitespace, one line, short, no span."""
+        return (
+            bool(text)
+            and not text[0].isspace()
+            and not text[-1].isspace()
+            and "\n" not in text
+            and "\r" not in text
+            and len(text) <= self.split_chars
+            and not has_spans(text, self.vocabulary)
+        )
+
+    def prepare(
+        self, texts: Sequence[str], glossary: Mapping[str, str] | None = None, keep: Sequence[str] = ()
+    ) -> Prepared | None:
+        """The texts' segments, or None when every text is plain and no glossary or kept term applies."""
+        terms = {**self.glossary, **(glossary or {})}
+        if not terms and not keep and all(self.plain(t) for t in texts):
+            return None
+        prepared = Prepared()
+        for text in texts:
+            if self.plain(text) and not keep and not any(t in text for t in terms):
+                prepared.segments.append(Segment(text, None, plain=True))
+                prepared.layouts.append(Layout(["", text, ""]))
+                prepared.parts.append([[("", "")]])
+                continue
+            lay = layout(text)
+            stretches = []
+            for stretch in lay.stretches:
+                parts = []
+                for sentence in sentences(stretch, self.language, self.split_chars):
+                    body = sentence.strip()
+                    lead = sentence[: len(sentence) - len(sentence.lstrip())]
+                    trail = sentence[len(lead) + len(body) :]
+                    spans = find_spans(body, self.vocabulary, terms, keep)
+                    masked = mask(body, spans) if spans else None
+                    prepared.segments.append(Segment(masked.text if masked else body, masked))
+                    parts.append((lead, trail))
+                stretches.append(parts)
+            prepared.layouts.append(lay)
+            prepared.parts.append(stretches)
+        return prepared
+
+    def restored(self, segment: Segment, src: list[int], hyp: Hypothesis) -> str:
+        """One hypothesis' text, with the segment's spans put back where cross-attention places them."""
+        tok = self.tokenizer
+        tokens = [t for t in hyp.tokens if t not in tok.special]
+        if segment.plain:
+            return tok.decode(hyp.tokens)
+        if segment.masked is None:
+            return _one_line(tok.decode(hyp.tokens))
+        pieces = tok.pieces(tokens)
+        weights = self.aggregation.apply(np.stack(hyp.cross_attention)) if hyp.cross_attention else None
+        if weights is None:
+            places: list[int | None] = [None] * len(segment.masked.outputs)
+        else:
+            places = positions(segment.masked, tok.pieces(src), weights, len(tokens))
+        return _one_line(restore(segment.masked, pieces, places, _detokenizer(tok)))
+
+
+def _one_line(text: str) -> str:
+    """A segment's translation within its line: the layout alone decides where lines break."""
+    return " ".join(text.split()) if "\n" in text or "\r" in text else text.strip()
+
+
+def characters(tokenizer: Tokenizer) -> frozenset[str]:
+    """The characters of the source vocabulary's pieces (byte and control pieces aside): others are spans."""
+    sp = getattr(tokenizer, "source", None)  # a tokenizer without a SentencePiece model protects no character
+    if sp is None:
+        return frozenset()
+    pieces = (sp.id_to_piece(i) for i in range(sp.get_piece_size()) if not sp.is_byte(i) and not sp.is_control(i))
+    return frozenset(c for p in pieces for c in p if c != "▁") | {" ", "\t"}  # spaces are word boundaries (▁)
+
+
+def _detokenizer(tok: Tokenizer) -> Callable[[list[str]], str]:
+    def detokenize(pieces: list[str]) -> str:
+        return str(tok.target.decode_pieces(pieces))
+
+    return detokenize

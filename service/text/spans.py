@@ -1,0 +1,154 @@
+"""Protected spans: the parts of a text that must come back exactly as they are (format placeholders, markers,
+URLs, e-mail addresses, entities, inline tags, characters the vocabulary lacks), found, masked and restored.
+
+Finding is pattern matching on a plain string (the HTML format parses markup with a real parser and hands its
+inline tags here as text); placing a span in the translation is service/text/placement.py's.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+
+# One alternation, most specific first: the first alternative that matches at a position wins.
+PATTERNS: dict[str, str] = {
+    "printf": r"%(?:\d+\$)?(?:\([A-Za-z_][A-Za-z0-9_]*\))?[-+#0']*(?:\d+|\*)?(?:\.(?:\d+|\*))?"
+    r"(?:hh|h|ll|l|L|q|j|z|t|I64|I32)?[diouxXeEfFgGaAcsSpn%@]",
+    "brace": r"\{\{[^{}\s]*\}\}|\{[A-Za-z0-9_.:!\[\]-]*\}",
+    "marker": r"\[X\d+X\]",
+    "url": r"\b(?:https?|ftp|file)://[^\s<>\"']*[^\s<>\"'.,;:!?)\]]",
+    "email": r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b",
+    "entity": r"&(?:[A-Za-z][A-Za-z0-9]{1,31}|#\d{1,7}|#[xX][0-9A-Fa-f]{1,6});",
+    "tag": r"</?[A-Za-z][A-Za-z0-9:_-]*"
+    r"(?:\s+[A-Za-z_:][-A-Za-z0-9_:.]*(?:\s*=\s*(?:\"[^\"]*\"|'[^']*'|[^\s\"'=<>`]+))?)*\s*/?>",
+}
+SPANS = re.compile("|".join(f"(?P<{kind}>{pattern})" for kind, pattern in PATTERNS.items()))
+FORMAT_KINDS = frozenset({"printf", "brace", "marker"})  # a program formats them: losing one breaks it
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """A protected stretch of a source text.
+
+    Attributes:
+        start, end: its characters in the source text.
+        kind: a key of :data:`PATTERNS`, ``"char"`` (characters the vocabulary lacks), ``"glossary"`` or ``"keep"``.
+        output: what the translation gets in its place: the source text itself, or a glossary's target term.
+    """
+
+    start: int
+    end: int
+    kind: str
+    output: str
+
+
+def find_spans(
+    text: str,
+    vocabulary: Collection[str] = (),
+    glossary: Mapping[str, str] | None = None,
+    keep: Iterable[str] = (),
+) -> list[Span]:
+    """Every protected span of ``text``, in order and without overlaps.
+
+    Args:
+        text: one line of source text.
+        vocabulary: the characters the tokenizer's pieces contain; others are protected (empty: none are).
+        glossary: source term → target term, matched as whole words, case-sensitively.
+        keep: terms copied verbatim, matched as glossary terms are.
+
+    Returns:
+        The spans; where two overlap the earlier (then the longer) wins, terms before patterns.
+    """
+    found: list[Span] = []
+    terms = {**{t: t for t in keep}, **(glossary or {})}
+    for term in sorted(terms, key=len, reverse=True):
+        if not term:
+            continue
+        kind = "glossary" if glossary and term in glossary else "keep"
+        for m in re.finditer(rf"(?<!\w){re.escape(term)}(?!\w)", text):
+            found.append(Span(m.start(), m.end(), kind, terms[term]))
+    for m in SPANS.finditer(text):
+        kind = m.lastgroup or "tag"
+        found.append(Span(m.start(), m.end(), kind, m.group()))
+    if vocabulary:
+        found.extend(_unknown_chars(text, vocabulary))
+    return _without_overlaps(found)
+
+
+def _unknown_chars(text: str, vocabulary: Collection[str]) -> list[Span]:
+    """Runs of characters the vocabulary lacks (they would decode as bytes, or as U+FFFD), whitespace aside."""
+    out: list[Span] = []
+    start = None
+    for i, c in enumerate(text):
+        unknown = c not in vocabulary and not c.isspace()
+        if unknown and start is None:
+            start = i
+        elif not unknown and start is not None:
+            out.append(Span(start, i, "char", text[start:i]))
+            start = None
+    if start is not None:
+        out.append(Span(start, len(text), "char", text[start:]))
+    return out
+
+
+def _without_overlaps(spans: list[Span]) -> list[Span]:
+    """Terms were added first: a stable sort by start keeps them ahead of a pattern starting at the same place."""
+    out: list[Span] = []
+    for span in sorted(spans, key=lambda s: (s.start, -(s.end - s.start))):
+        if out and span.start < out[-1].end:
+            continue
+        out.append(span)
+    return out
+
+
+def has_spans(text: str, vocabulary: Collection[str] = ()) -> bool:
+    """Whether ``text`` has a pattern span or a character outside ``vocabulary``: the cheap test that keeps plain
+    texts on the fast path."""
+    if SPANS.search(text) is not None:
+        return True
+    return bool(vocabulary) and not set(text).issubset(vocabulary)
+
+
+@dataclass(frozen=True, slots=True)
+class Masked:
+    """A source text with each group of adjacent spans replaced by a numbered stand-in, ``{0}``, ``{1}``, ...
+
+    Attributes:
+        text: the text the model decodes.
+        outputs: each group's text in the translation, in source order.
+        ordered: per group, whether it must keep its order among the other ordered groups (printf conversions
+            without an argument index, and tags, which must nest as they did).
+    """
+
+    text: str
+    outputs: list[str]
+    ordered: list[bool]
+
+
+def stand_in(i: int) -> str:
+    """The stand-in of group ``i``: a numbered brace placeholder, which the model copies like the ones it saw."""
+    return "{" + str(i) + "}"
+
+
+def mask(text: str, spans: list[Span]) -> Masked:
+    """Replace each run of touching spans by one stand-in."""
+    parts: list[str] = []
+    outputs: list[str] = []
+    ordered: list[bool] = []
+    last = 0
+    for span in spans:
+        if outputs and span.start == last:  # touches the previous span: the same group
+            outputs[-1] += span.output
+            ordered[-1] = ordered[-1] or _ordered(span)
+        else:
+            parts += [text[last : span.start], stand_in(len(outputs))]
+            outputs.append(span.output)
+            ordered.append(_ordered(span))
+        last = span.end
+    parts.append(text[last:])
+    return Masked("".join(parts), outputs, ordered)
+
+
+def _ordered(span: Span) -> bool:
+    return span.kind == "tag" or (span.kind == "printf" and "$" not in span.output and "(" not in span.output)

@@ -17,9 +17,9 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from service.bundle import Bundle, load_bundle
+from service.bundle import Bundle, load_bundle, unencodable
 from service.decoding import BatchDecoder, DecodeRequest, DecodeResult, Hypothesis, StepRunner, decode
-from service.errors import ClientGone, NoSuchIndex, TooLarge
+from service.errors import ClientGone, InvalidText, NoSuchIndex, TooLarge
 from service.runner import CPU, Runner
 from service.scheduler import Scheduler, StepStats
 from service.settings import Settings
@@ -141,6 +141,20 @@ class Runners:
         if exact.provider == CPU:
             return cls(exact, Runner(bundle, provider, threads, fast=True, encoder=exact.encoder))
         return cls(exact, exact)  # the fast decoder's attention kernels (service/_attention.c) are the CPU's
+
+
+def check_unicode(texts: Sequence[str]) -> None:
+    """Refuse a text that is not valid Unicode before anything copies it through into an answer.
+
+    Raises:
+        InvalidText: an unpaired surrogate (field ``q``).
+    """
+    for text in texts:
+        if not text.isascii():
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise InvalidText(unencodable(text, "q"), "q") from e
 
 
 def distinct(texts: list[str], n: int) -> list[str]:
@@ -273,6 +287,7 @@ class Engine:
             DeadlineExceeded: ``request_timeout_s`` passed first.
             ClientGone: ``gone()`` said the caller went away; the texts' rows were freed.
         """
+        self._check(texts)
         prepared = self.text.prepare(texts, options.glossary, options.keep)
         if prepared is not None:
             requests = self._segment_requests(prepared, options)
@@ -286,6 +301,7 @@ class Engine:
 
     def translate_now(self, texts: Sequence[str], options: Options) -> list[Translation]:
         """:meth:`translate` without a scheduler (the command line), on the same graphs."""
+        self._check(texts)
         prepared = self.text.prepare(texts, options.glossary, options.keep)
         if prepared is not None:
             requests = self._segment_requests(prepared, options)
@@ -293,6 +309,19 @@ class Engine:
             return self._finished(prepared, requests, results, options)
         requests = [self._request(t, options, options.details) for t in texts]
         return self._translations(requests, self._decode_now(requests, False), options)
+
+    def _check(self, texts: Sequence[str]) -> None:
+        """The texts as the caller sent them: valid Unicode and within ``max_chars`` (a segment, masked, may be
+        longer than its text).
+
+        Raises:
+            InvalidText: an unpaired surrogate.
+            TooLarge: a text over ``max_chars``.
+        """
+        check_unicode(texts)
+        limit = self.settings.max_chars
+        if (longest := max((len(t) for t in texts), default=0)) > limit:
+            raise TooLarge(f"a text has {longest} characters; the limit is max_chars={limit}", "max_chars", limit)
 
     def _segment_requests(self, prepared: Prepared, options: Options) -> list[DecodeRequest]:
         """One request a segment; those with spans collect attention, which places them."""
@@ -349,16 +378,12 @@ class Engine:
         self._decode_now([self._request("Hello.", Options(max_length=4), False)], False)
 
     def _request(self, text: str, options: Options, attention: bool, target_text: str | None = None) -> DecodeRequest:
-        """Tokenize and check one text against the limits.
+        """Tokenize one text (checked by :meth:`_check`, or a segment of such a text) against the token limit.
 
         Raises:
-            TooLarge: the text is over ``max_chars`` / ``max_tokens``, or the target text is.
+            TooLarge: the text is over ``max_tokens``, or the target text over its limits.
         """
         s = self.settings
-        if len(text) > s.max_chars:
-            raise TooLarge(
-                f"a text has {len(text)} characters; the limit is max_chars={s.max_chars}", "max_chars", s.max_chars
-            )
         src = self.tokenizer.encode_source(text)
         limit = min(s.max_tokens, self.bundle.spec.max_positions)
         if len(src) > limit:
@@ -458,6 +483,7 @@ class Engine:
         bad = [i for i in filters.heads or [] if not 0 <= i < spec.h]
         if bad:
             raise NoSuchIndex(f"heads {bad} do not exist: the model has heads 0..{spec.h - 1}")
+        self._check([text])
         return self._request(text, options, True, target_text)
 
     def _attention_result(self, request: DecodeRequest, result: DecodeResult, filters: Filters) -> AttentionResult:

@@ -41,6 +41,8 @@ def keeps_directives(source: str, translation: str, flags: Sequence[str]) -> boo
     the same order unless they are numbered (``%1$s``) or named (``%(n)s``, ``{name}``), which a translation may
     reorder."""
     for pattern in patterns(flags):
+        if pattern is PRINTF and "%" in PRINTF.sub("", translation):
+            return False  # a stray % starts a directive msgfmt cannot read
         want, got = directives(source, pattern), directives(translation, pattern)
         if sorted(want) != sorted(got):
             return False

@@ -47,7 +47,7 @@ def test_txt_files() -> None:
 
 
 def test_registry_by_extension() -> None:
-    assert accepted() == [".po", ".pot", ".txt"]
+    assert accepted() == [".html", ".po", ".pot", ".txt"]
     assert format_for("../x/App.PO") is format_for("a.po") is not None
     assert format_for("a.docx") is None and format_for("po") is None
 
@@ -67,6 +67,7 @@ def test_registry_by_extension() -> None:
         ("%1 of %2", "%2 の %1", ["kde-format"], True),
         ("%1 of %2", "%1", ["qt-format"], False),
         ("{0} and %s", "{0}", ["lua-format"], False),  # unknown format: printf and brace both
+        ("%d files", "%d%%%ト", ["c-format"], False),  # a stray %: msgfmt cannot read it
     ],
 )
 def test_directives_as_msgfmt_checks_them(source: str, translation: str, flags: list[str], kept: bool) -> None:

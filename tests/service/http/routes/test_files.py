@@ -65,10 +65,22 @@ def test_a_text_file_keeps_its_lines(files_server: Server) -> None:
     assert "Open file" not in lines[0]
 
 
+def test_an_html_file_keeps_its_markup(files_server: Server) -> None:
+    page = b'<!DOCTYPE html>\n<html><body><p class="x">Open <b>file</b></p><script>var a = 1;</script></body></html>'
+    status, body = upload(files_server, "page.html", page)
+    assert status == 200, body
+    status, data, headers = download(files_server, body["translatedFileUrl"])
+    html = data.decode()
+    assert status == 200 and headers["content-type"].startswith("text/html")
+    assert html.startswith("<!DOCTYPE html>") and '<p class="x">' in html and "<b>" in html
+    assert "<script>var a = 1;</script>" in html and "Open" not in html
+
+
 @pytest.mark.parametrize(
     ("name", "data", "fields", "status", "needle"),
     [
-        ("a.docx", b"x", {}, 400, "not accepted; send .po, .pot, .txt"),
+        ("a.docx", b"x", {}, 400, "not accepted; send .html, .po, .pot, .txt"),
+        ("a.html", b"<p>caf\xe9</p>", {}, 400, "not UTF-8"),
         ("a.po", b"hello\n", {}, 400, "not a gettext catalog"),
         ("a.txt", b"caf\xe9", {}, 400, "not UTF-8"),
         ("a.txt", b"", {}, 422, "file: it is empty"),

@@ -86,6 +86,13 @@ class Settings(BaseSettings):
         256, ge=1, description="Largest max_length (generated tokens); the default is min(this, 2 × source + 10)."
     )
 
+    frontend_timeout_ms: int = Field(
+        500,
+        ge=0,
+        description="What /frontend/settings reports as frontendTimeout: milliseconds a LibreTranslate "
+        "web frontend waits after typing before it translates (LibreTranslate's default).",
+    )
+
     api_keys: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="If set, /translate and /attention need one of these keys."
     )

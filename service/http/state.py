@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import Request
 
+from service.detect import Detector
 from service.engine import Engine
 from service.errors import AmbiguousSource, UnknownPair
 from service.metrics import Metrics
@@ -13,10 +14,13 @@ from service.settings import Settings
 class State:
     """The app's state (``app.state.attnserve``)."""
 
-    def __init__(self, settings: Settings, engines: list[Engine], metrics: Metrics) -> None:
+    def __init__(
+        self, settings: Settings, engines: list[Engine], metrics: Metrics, detector: Detector | None = None
+    ) -> None:
         self.settings = settings
         self.engines = {e.pair: e for e in engines}
         self.metrics = metrics
+        self.detector = detector or Detector()  # /detect and source "auto"
         self.ready = False
 
     def engine(self, source: str, target: str) -> tuple[Engine, bool]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from service.http.routes import attention, explorer, languages, operations, translate
+from service.http.routes import attention, detect, docs, explorer, frontend, languages, operations, suggest, translate
 
 ROUTERS: tuple[APIRouter, ...] = (
     translate.router,
@@ -12,4 +12,8 @@ ROUTERS: tuple[APIRouter, ...] = (
     languages.router,
     operations.router,
     explorer.router,
+    detect.router,
+    frontend.router,
+    suggest.router,
+    docs.router,
 )

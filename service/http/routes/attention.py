@@ -8,6 +8,7 @@ from fastapi import APIRouter, Request
 
 from service.engine import AttentionResult, Filters, Options
 from service.http.auth import check_api_key
+from service.http.auto import detect_sources
 from service.http.body import parse_body
 from service.http.limits import check_options
 from service.http.openapi import ERRORS, request_body
@@ -29,7 +30,10 @@ async def attention(request: Request) -> dict[str, Any]:
     state = state_of(request)
     body = await parse_body(request, AttentionRequest)
     check_api_key(state.settings, request, body.api_key)
-    engine, _ = state.engine(body.source, body.target)
+    source = body.source
+    if source == "auto":
+        source = detect_sources(state.detector, [body.q], body.target, list(state.engines))[0].language
+    engine, _ = state.engine(source, body.target)
     options = Options(beam_size=body.beam_size, max_length=body.max_length)
     check_options(state.settings, options)
     filters = Filters(body.kinds, body.layers, body.heads)

@@ -7,8 +7,10 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from service.detect import Detection
 from service.engine import Details, Options, Translation
 from service.http.auth import check_api_key
+from service.http.auto import translate_auto
 from service.http.body import parse_body
 from service.http.errors import UnsupportedFormat
 from service.http.limits import check_options, check_texts
@@ -33,7 +35,7 @@ async def translate(request: Request) -> JSONResponse:
     check_api_key(state.settings, request, body.api_key)
     if body.format != "text":
         raise UnsupportedFormat("format 'html' is not supported; send plain text with format 'text'")
-    engine, auto = state.engine(body.source, body.target)
+    engine = None if body.source == "auto" else state.engine(body.source, body.target)[0]  # auto: per text, below
     texts = [body.q] if isinstance(body.q, str) else body.q
     check_texts(state.settings, texts)
     options = Options(
@@ -44,12 +46,16 @@ async def translate(request: Request) -> JSONResponse:
         details=body.return_details,
     )
     check_options(state.settings, options)
-    translations = await engine.translate(texts, options, request.is_disconnected)
-    detected = engine.pair[0] if auto else None
+    detected: list[Detection] | None = None
+    if engine is None:
+        gone = request.is_disconnected
+        translations, detected = await translate_auto(state.engines, state.detector, texts, body.target, options, gone)
+    else:
+        translations = await engine.translate(texts, options, request.is_disconnected)
     return JSONResponse(answer(body, translations, detected))  # already TranslateResponse's: no second validation
 
 
-def answer(body: TranslateRequest, translations: list[Translation], detected: str | None) -> dict[str, Any]:
+def answer(body: TranslateRequest, translations: list[Translation], detected: list[Detection] | None) -> dict[str, Any]:
     """The response body: one value per field for a single text, a list of them for a list of texts."""
     one = isinstance(body.q, str)
     best = [t.text for t in translations]
@@ -58,8 +64,8 @@ def answer(body: TranslateRequest, translations: list[Translation], detected: st
         alternatives = [t.alternatives for t in translations]
         out["alternatives"] = alternatives[0] if one else alternatives
     if detected is not None:
-        language = {"confidence": 100, "language": detected}
-        out["detectedLanguage"] = language if one else [language] * len(translations)
+        languages = [{"confidence": d.confidence, "language": d.language} for d in detected]
+        out["detectedLanguage"] = languages[0] if one else languages
     if body.return_details:
         details = [details_json(t.details) for t in translations if t.details is not None]
         out["details"] = details[0] if one else details

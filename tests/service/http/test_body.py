@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from service.http.body import parse_body
 from service.http.errors import InvalidField, MalformedBody
+from tests.service.conftest import Server
 
 
 class Fields(BaseModel):
@@ -111,3 +112,24 @@ def test_malformed_bodies(body: bytes, content_type: str | None, message: str) -
 def test_a_missing_field_is_named() -> None:
     with pytest.raises(InvalidField, match="target: Field required"):
         parse(b"q=x", FORM)
+
+
+def source_tokens(server: Server, **kw: Any) -> list[str]:
+    with server.client() as c:
+        r = c.post("/translate", **kw)
+    assert r.status_code == 200, r.text
+    tokens: list[str] = r.json()["details"]["source_tokens"]
+    return tokens
+
+
+def test_over_http_every_way_of_sending_fields_reads_the_same_text(server: Server) -> None:
+    fields = {"q": "Save as… café", "source": "en", "target": "ja", "return_details": "true"}
+    expected = source_tokens(server, json={**fields, "return_details": True})
+    raw = "&".join(f"{k}={v}" for k, v in fields.items()).encode("utf-8")  # curl -d, unencoded
+    assert source_tokens(server, content=raw, headers={"content-type": FORM}) == expected
+    assert source_tokens(server, data=fields) == expected
+    assert source_tokens(server, params=fields) == expected
+    assert source_tokens(server, data=fields, files={"file": ("notes.txt", b"a file part")}) == expected
+    with server.client() as c:
+        only_file = c.post("/translate", files={"file": ("notes.txt", b"a file part")})
+    assert only_file.status_code == 422 and "q" in only_file.json()["error"]

@@ -34,6 +34,15 @@ def test_detect_one_text_gives_ranked_candidates(server: Server) -> None:
     assert len(found) <= 3 and j.json()[0]["language"] == "fr"
 
 
+def test_the_openapi_examples_work(server: Server) -> None:
+    with server.client() as c:
+        schema = c.get("/openapi.json").json()
+        examples = schema["components"]["schemas"]["DetectRequest"]["examples"]
+        assert examples and all(c.post("/detect", json=e).status_code == 200 for e in examples)
+    body = schema["paths"]["/detect"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert body == {"$ref": "#/components/schemas/DetectRequest"}
+
+
 def test_detect_a_list_gives_a_list_per_text(server: Server) -> None:
     with server.client() as c:
         r = c.post("/detect", json={"q": [EN, DE, "ファイルを開く", " "]})

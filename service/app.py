@@ -129,6 +129,8 @@ def create_app(
         "per-layer, per-head /attention.",
         version="0.1.0",
         lifespan=lifespan,
+        docs_url=None,  # service/http/routes/docs.py serves /docs and /redoc with their own assets
+        redoc_url=None,
     )
     for router in ROUTERS:
         app.include_router(router)

@@ -105,6 +105,12 @@ class Settings(BaseSettings):
         description="A directory of glossaries, one a pair: <source>-<target>.tsv, lines 'source term<TAB>target "
         "term' (# comments); a request's own glossary entries override the file's.",
     )
+    frontend_timeout_ms: int = Field(
+        500,
+        ge=0,
+        description="What /frontend/settings reports as frontendTimeout: milliseconds a LibreTranslate "
+        "web frontend waits after typing before it translates (LibreTranslate's default).",
+    )
 
     api_keys: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="If set, /translate and /attention need one of these keys."

@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from service.http.schemas import AttentionRequest, ErrorResponse, TranslateRequest
+from service.http.schemas import AttentionRequest, DetectRequest, ErrorResponse, TranslateRequest
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorResponse, "description": text}
@@ -36,7 +36,7 @@ def openapi_with_request_bodies(app: FastAPI) -> Callable[[], dict[str, Any]]:
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
-            for model in (TranslateRequest, AttentionRequest):
+            for model in (TranslateRequest, AttentionRequest, DetectRequest):
                 schema["components"]["schemas"][model.__name__] = model.model_json_schema()
             app.openapi_schema = schema
         return app.openapi_schema

@@ -53,7 +53,9 @@ class TranslateResponse(BaseModel):
 
     translatedText: str | list[str]
     alternatives: list[str] | list[list[str]] | None = None
-    detectedLanguage: dict[str, str | int] | list[dict[str, str | int]] | None = None
+    detectedLanguage: dict[str, str | float] | list[dict[str, str | float]] | None = Field(
+        None, description="With source 'auto': each text's detected language and confidence (0–100)."
+    )
     details: dict[str, Any] | list[dict[str, Any]] | None = None
 
 
@@ -136,3 +138,40 @@ class TranslateFileResponse(BaseModel):
     )
 
     translatedFileUrl: str
+
+
+class DetectRequest(BaseModel):
+    """LibreTranslate's /detect body."""
+
+    model_config = ConfigDict(
+        extra="ignore",
+        json_schema_extra={"examples": [{"q": "Datei öffnen"}, {"q": ["Open file", "ファイルを開く"]}]},
+    )
+
+    q: str | list[str] = Field(description="A text, or a list of texts (one list of candidates each).")
+    api_key: str | None = Field(None, description="API key, when the server requires one.")
+
+
+class DetectedLanguage(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"confidence": 99.0, "language": "de"}]})
+
+    confidence: float = Field(description="0–100.")
+    language: str = Field(description="Language code (ISO 639-1 where there is one).")
+
+
+class LanguageChoice(BaseModel):
+    code: str
+    name: str
+
+
+class FrontendSettings(BaseModel):
+    """What LibreTranslate's web frontend reads at start."""
+
+    charLimit: int = Field(description="Characters per text (max_chars).")
+    frontendTimeout: int = Field(description="Milliseconds a frontend waits after typing before it translates.")
+    apiKeys: bool = Field(description="Whether the server has API keys.")
+    keyRequired: bool = Field(description="Whether /translate and /detect need one.")
+    suggestions: bool = Field(description="Whether /suggest takes suggestions (never).")
+    filesTranslation: bool = Field(description="Whether /translate_file translates files.")
+    supportedFilesFormat: list[str] = Field(description="File extensions /translate_file accepts.")
+    language: dict[str, LanguageChoice] = Field(description="The frontend's default 'source' and 'target'.")

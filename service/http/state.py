@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import Request
 
+from service.detect import Detector
 from service.engine import Engine
 from service.errors import AmbiguousSource, NotReady, UnknownPair
 from service.files import FileStore
@@ -14,10 +15,13 @@ from service.settings import Settings
 class State:
     """The app's state (``app.state.attnserve``)."""
 
-    def __init__(self, settings: Settings, engines: list[Engine], metrics: Metrics) -> None:
+    def __init__(
+        self, settings: Settings, engines: list[Engine], metrics: Metrics, detector: Detector | None = None
+    ) -> None:
         self.settings = settings
         self.engines = {e.pair: e for e in engines}
         self.metrics = metrics
+        self.detector = detector or Detector()  # /detect and source "auto"
         self.ready = False
         self.files = FileStore(settings.files_dir, settings.file_ttl_s)  # /translate_file's
         self.not_ready = "loading the models"  # why not ready, for /readyz and 503s

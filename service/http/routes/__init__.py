@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from service.http.routes import attention, explorer, files, languages, operations, translate
+from service.http.routes import (
+    attention,
+    detect,
+    docs,
+    explorer,
+    files,
+    frontend,
+    languages,
+    operations,
+    suggest,
+    translate,
+)
 
 ROUTERS: tuple[APIRouter, ...] = (
     translate.router,
@@ -13,4 +24,8 @@ ROUTERS: tuple[APIRouter, ...] = (
     languages.router,
     operations.router,
     explorer.router,
+    detect.router,
+    frontend.router,
+    suggest.router,
+    docs.router,
 )

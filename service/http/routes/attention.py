@@ -12,6 +12,7 @@ from fastapi import APIRouter, Request, Response
 from service.engine import AttentionResult, Filters, Options
 from service.http.arrays import Encoding, encode
 from service.http.auth import check_api_key
+from service.http.auto import detect_sources
 from service.http.body import parse_body
 from service.http.errors import EmptyText
 from service.http.limits import check_options
@@ -37,7 +38,10 @@ async def attention(request: Request) -> Response:
     check_api_key(state.settings, request, body.api_key)
     if not body.q.strip():
         raise EmptyText("q is empty; send a text with at least one non-space character")
-    engine, _ = state.engine(body.source, body.target)
+    source = body.source
+    if source == "auto":
+        source = detect_sources(state.detector, [body.q], body.target, list(state.engines))[0].language
+    engine, _ = state.engine(source, body.target)
     options = Options(beam_size=body.beam_size, max_length=body.max_length)
     check_options(state.settings, options)
     filters = Filters(body.kinds, body.layers, body.heads)

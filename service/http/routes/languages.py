@@ -1,4 +1,5 @@
-"""GET /languages: the served pairs, in LibreTranslate's shape."""
+"""GET /languages: every language the served pairs touch, each with the targets it translates into (possibly none),
+in LibreTranslate's shape: Weblate keeps only the codes it finds here, target languages included."""
 
 from __future__ import annotations
 
@@ -20,9 +21,10 @@ LANGUAGE_NAMES = {
 
 @router.get("/languages", response_model=list[Language])
 async def languages(request: Request) -> list[dict[str, Any]]:
-    """The served pairs, in LibreTranslate's shape."""
+    """Every language of the served pairs with its ``targets``, as LibreTranslate lists them."""
     state = state_of(request)
-    targets: dict[str, list[str]] = {}
+    targets: dict[str, set[str]] = {}
     for source, target in state.engines:
-        targets.setdefault(source, []).append(target)
-    return [{"code": s, "name": LANGUAGE_NAMES.get(s, s), "targets": sorted(t)} for s, t in sorted(targets.items())]
+        targets.setdefault(source, set()).add(target)
+        targets.setdefault(target, set())
+    return [{"code": c, "name": LANGUAGE_NAMES.get(c, c), "targets": sorted(t)} for c, t in sorted(targets.items())]

@@ -8,10 +8,12 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from service.detect import Detection
 from service.engine import Details, Engine, Options, Translation
 from service.formats.base import Translate
 from service.formats.html import translate_html
 from service.http.auth import check_api_key
+from service.http.auto import detect_sources, translate_auto
 from service.http.body import parse_body
 from service.http.limits import check_options, check_texts
 from service.http.openapi import ERRORS, request_body
@@ -33,7 +35,7 @@ async def translate(request: Request) -> JSONResponse:
     state = state_of(request)
     body = await parse_body(request, TranslateRequest)
     check_api_key(state.settings, request, body.api_key)
-    engine, auto = state.engine(body.source, body.target)
+    engine = None if body.source == "auto" else state.engine(body.source, body.target)[0]  # auto: per text, below
     texts = [body.q] if isinstance(body.q, str) else body.q
     check_texts(state.settings, texts)
     options = Options(
@@ -46,13 +48,33 @@ async def translate(request: Request) -> JSONResponse:
         keep=tuple(body.keep or ()),
     )
     check_options(state.settings, options)
+    detected: list[Detection] | None = None
     if body.format == "html":
-        units = html_translator(engine, replace(options, alternatives=0, details=False), state.settings.max_texts)
-        translations = [Translation(await translate_html(t, units), [], None) for t in texts]
+        translations, detected = await translate_pages(request, body, texts, options)
+    elif engine is None:
+        gone = request.is_disconnected
+        translations, detected = await translate_auto(state.engines, state.detector, texts, body.target, options, gone)
     else:
         translations = await engine.translate(texts, options, request.is_disconnected)
-    detected = engine.pair[0] if auto else None
     return JSONResponse(answer(body, translations, detected))  # already TranslateResponse's: no second validation
+
+
+async def translate_pages(
+    request: Request, body: TranslateRequest, pages: list[str], options: Options
+) -> tuple[list[Translation], list[Detection] | None]:
+    """``format: "html"``: each page's text units translated by its pair's engine (detected with ``auto``)."""
+    state = state_of(request)
+    detected = None
+    sources = [body.source] * len(pages)
+    if body.source == "auto":
+        detected = detect_sources(state.detector, pages, body.target, list(state.engines))
+        sources = [d.language for d in detected]
+    plain = replace(options, alternatives=0, details=False)
+    translations = []
+    for page, source in zip(pages, sources, strict=True):
+        units = html_translator(state.engine(source, body.target)[0], plain, state.settings.max_texts)
+        translations.append(Translation(await translate_html(page, units), [], None))
+    return translations, detected
 
 
 def html_translator(engine: Engine, options: Options, size: int) -> Translate:
@@ -67,7 +89,7 @@ def html_translator(engine: Engine, options: Options, size: int) -> Translate:
     return translate
 
 
-def answer(body: TranslateRequest, translations: list[Translation], detected: str | None) -> dict[str, Any]:
+def answer(body: TranslateRequest, translations: list[Translation], detected: list[Detection] | None) -> dict[str, Any]:
     """The response body: one value per field for a single text, a list of them for a list of texts."""
     one = isinstance(body.q, str)
     best = [t.text for t in translations]
@@ -76,8 +98,8 @@ def answer(body: TranslateRequest, translations: list[Translation], detected: st
         alternatives = [t.alternatives for t in translations]
         out["alternatives"] = alternatives[0] if one else alternatives
     if detected is not None:
-        language = {"confidence": 100, "language": detected}
-        out["detectedLanguage"] = language if one else [language] * len(translations)
+        languages = [{"confidence": d.confidence, "language": d.language} for d in detected]
+        out["detectedLanguage"] = languages[0] if one else languages
     if body.return_details:
         details = [details_json(t.details) if t.details is not None else {} for t in translations]
         out["details"] = details[0] if one else details

@@ -208,12 +208,15 @@ def test_long_texts_of_emoji_rtl_and_combining_marks(server: ServeProcess) -> No
         assert len(text) == 5_000
         for path in ("/translate", "/attention"):
             status, answer = post(
-                server, f"5,000 characters, {name}", path, json.dumps({"q": text, "target": "ja"}).encode()
+                server,
+                f"5,000 characters, {name}",
+                path,
+                json.dumps({"q": text, "source": "en", "target": "ja"}).encode(),
             )
             assert status in (200, 413), answer
             if status == 413:
                 assert "max_tokens" in answer["error"]
-        short = json.dumps({"q": [text[:20]] * 64, "target": "ja"}).encode()
+        short = json.dumps({"q": [text[:20]] * 64, "source": "en", "target": "ja"}).encode()
         assert post(server, f"64 short texts, {name}", "/translate", short)[0] == 200
     status, answer = post(
         server, "5,001 characters", "/translate", json.dumps({"q": "a" * 5_001, "target": "ja"}).encode()

@@ -41,7 +41,7 @@ def test_form_encoded_and_auto_source(server: Server) -> None:
         json_ = c.post("/translate", json={"q": TEXTS[0], "source": "en", "target": "ja"})
     assert form.status_code == 200, form.text
     assert form.json()["translatedText"] == json_.json()["translatedText"] == auto.json()["translatedText"]
-    assert auto.json()["detectedLanguage"] == {"confidence": 100, "language": "en"}
+    assert auto.json()["detectedLanguage"]["language"] == "en"  # detected (tests/service/http/routes/test_detect.py)
 
 
 def test_alternatives_and_details(server: Server) -> None:

@@ -6,6 +6,7 @@ from fastapi import Request
 
 from service.engine import Engine
 from service.errors import AmbiguousSource, UnknownPair
+from service.http.ratelimit import Admission
 from service.metrics import Metrics
 from service.settings import Settings
 
@@ -18,6 +19,7 @@ class State:
         self.engines = {e.pair: e for e in engines}
         self.metrics = metrics
         self.ready = False
+        self.admission = Admission(settings)
 
     def engine(self, source: str, target: str) -> tuple[Engine, bool]:
         """The engine for a pair; ``source="auto"`` picks the only pair with that target. Returns (engine, auto).

@@ -7,7 +7,6 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from service.engine import AttentionResult, Filters, Options
-from service.http.auth import check_api_key
 from service.http.body import parse_body
 from service.http.limits import check_options
 from service.http.openapi import ERRORS, request_body
@@ -28,7 +27,7 @@ async def attention(request: Request) -> dict[str, Any]:
     """Translate (or force-decode ``target_text``) one text and return every attention weight with its tokens."""
     state = state_of(request)
     body = await parse_body(request, AttentionRequest)
-    check_api_key(state.settings, request, body.api_key)
+    state.admission.check(request, body.api_key, body.q)
     engine, _ = state.engine(body.source, body.target)
     options = Options(beam_size=body.beam_size, max_length=body.max_length)
     check_options(state.settings, options)

@@ -8,7 +8,6 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from service.engine import Details, Options, Translation
-from service.http.auth import check_api_key
 from service.http.body import parse_body
 from service.http.errors import UnsupportedFormat
 from service.http.limits import check_options, check_texts
@@ -30,7 +29,7 @@ async def translate(request: Request) -> JSONResponse:
     """Translate a text or a list of texts (LibreTranslate-compatible)."""
     state = state_of(request)
     body = await parse_body(request, TranslateRequest)
-    check_api_key(state.settings, request, body.api_key)
+    state.admission.check(request, body.api_key, body.q)
     if body.format != "text":
         raise UnsupportedFormat("format 'html' is not supported; send plain text with format 'text'")
     engine, auto = state.engine(body.source, body.target)

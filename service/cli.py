@@ -72,8 +72,11 @@ def serve(settings: Settings) -> int:
     import uvicorn
 
     from service.app import create_app
+    from service.http.slow_clients import uvicorn_options
 
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_config=None)
+    uvicorn.run(
+        create_app(settings), host=settings.host, port=settings.port, log_config=None, **uvicorn_options(settings)
+    )
     return 0
 
 

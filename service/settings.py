@@ -104,6 +104,21 @@ class Settings(BaseSettings):
         "unset = no limit. Behind a proxy, X-Forwarded-For counts when it comes from FORWARDED_ALLOW_IPS "
         "(uvicorn's).",
     )
+    keep_alive_timeout_s: float = Field(
+        5.0, gt=0, description="How long an idle keep-alive connection waits for its next request (uvicorn's)."
+    )
+    header_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="A connection must send its request line and headers within this of opening or of its previous "
+        "response, or it is closed: idle and byte-by-byte connections cannot hold sockets.",
+    )
+    body_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="A request's whole body must arrive within this of its headers (408 beyond); the default lets "
+        "max_body_bytes arrive at 100 kB/s.",
+    )
     metrics_token: str | None = Field(None, description="If set, /metrics needs `Authorization: Bearer <token>`.")
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list, description="Allowed CORS origins.")
     log_format: Literal["text", "json"] = "text"

@@ -56,10 +56,6 @@ class KeyLimitExceeded(Exception):
         self.field, self.limit = field, limit
 
 
-class SlowBody(Exception):
-    """The request body did not arrive within ``body_timeout_s``."""
-
-
 def validation_message(errors: Sequence[Mapping[str, Any]]) -> str:
     """Pydantic's errors as one line: ``invalid request: <field>: <message>; ...``."""
     parts = [f"{'.'.join(str(x) for x in err['loc']) or 'body'}: {err['msg']}" for err in errors]
@@ -90,10 +86,6 @@ def _retry_after(e: QueueFull | RateLimited) -> dict[str, str]:
     return {"Retry-After": str(e.retry_after)}
 
 
-def _close(_: Exception) -> dict[str, str]:
-    return {"Connection": "close"}  # the rest of the body is not worth waiting for
-
-
 STATUS: dict[type[Exception], Rule] = {
     MalformedBody: Rule(400, "invalid"),
     UnsupportedFormat: Rule(400, "invalid"),
@@ -111,7 +103,6 @@ STATUS: dict[type[Exception], Rule] = {
     DeadlineExceeded: Rule(504, "deadline", lambda e: f"{e}; try a shorter text or retry later"),
     RateLimited: Rule(429, "rate_limited", str, _retry_after),
     KeyLimitExceeded: Rule(413, "key_limited"),
-    SlowBody: Rule(408, "slow_body", str, _close),
 }
 
 

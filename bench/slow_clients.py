@@ -2,7 +2,7 @@
 keep-alive connections and clients trickling a body byte by byte (each reconnects when the server closes it), and
 how the server's deadlines closed them. Writes the ``slow-clients`` section of docs/BENCHMARKS.md.
 
-    python bench/slow_clients.py [--bundle DIR] [--seconds 20] [--idle 200] [--trickle 20]
+    python bench/slow_clients.py [--bundle DIR] [--seconds 15] [--rounds 3] [--idle 200] [--trickle 20]
 
 tests/service/http/test_slow_clients.py drives the same clients against an in-process server.
 """
@@ -14,6 +14,7 @@ import asyncio
 import statistics
 import sys
 import time
+from collections import Counter
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,26 +115,34 @@ def p99(values: list[float]) -> float:
 
 @dataclass
 class Result:
-    alone: list[float]
-    beside: list[float]
-    idle: Closures
-    trickling: Closures
+    alone: list[float] = field(default_factory=list)
+    beside: list[float] = field(default_factory=list)
+    kept_alive: Closures = field(default_factory=Closures)
+    silent: Closures = field(default_factory=Closures)
+    trickling: Closures = field(default_factory=Closures)
 
 
-async def run(url: str, seconds: float, idle_n: int, trickle_n: int, workers: int, interval: float) -> Result:
-    """Normal clients alone for ``seconds``, then beside ``idle_n`` idle connections (half of them keep-alive after
-    one request, half silent) and ``trickle_n`` byte-by-byte bodies for ``seconds``."""
+async def run(
+    url: str, seconds: float, idle_n: int, trickle_n: int, workers: int, interval: float, rounds: int = 1
+) -> Result:
+    """``rounds`` times: normal clients alone for ``seconds``, then beside ``idle_n`` idle connections (half of
+    them keep-alive after one request, half silent) and ``trickle_n`` byte-by-byte bodies for ``seconds``
+    (alternating, so that a neighbour's load on the machine falls on both)."""
     host, port = url.removeprefix("http://").split(":")
-    alone = await normal(url, seconds, workers)
-    stop, idle_c, trickle_c = asyncio.Event(), Closures(), Closures()
-    attackers = [idle(host, int(port), idle_c, i % 2 == 0, stop) for i in range(idle_n)]
-    attackers += [trickle(host, int(port), trickle_c, interval, stop) for _ in range(trickle_n)]
-    tasks = [asyncio.ensure_future(a) for a in attackers]
-    await asyncio.sleep(1.0)  # every attacker connected
-    beside = await normal(url, seconds, workers)
-    stop.set()
-    await asyncio.gather(*tasks)
-    return Result(alone, beside, idle_c, trickle_c)
+    result = Result()
+    await normal(url, 1.0, workers)  # warm-up
+    for _ in range(rounds):
+        result.alone += await normal(url, seconds, workers)
+        stop = asyncio.Event()
+        attackers = [idle(host, int(port), result.kept_alive, True, stop) for _ in range(idle_n // 2)]
+        attackers += [idle(host, int(port), result.silent, False, stop) for _ in range(idle_n - idle_n // 2)]
+        attackers += [trickle(host, int(port), result.trickling, interval, stop) for _ in range(trickle_n)]
+        tasks = [asyncio.ensure_future(a) for a in attackers]
+        await asyncio.sleep(1.0)  # every attacker connected
+        result.beside += await normal(url, seconds, workers)
+        stop.set()
+        await asyncio.gather(*tasks)
+    return result
 
 
 def report(r: Result, args: argparse.Namespace, command: str) -> str:
@@ -143,22 +152,33 @@ def report(r: Result, args: argparse.Namespace, command: str) -> str:
         (f"beside {args.idle} idle + {args.trickle} trickling", r.beside),
     ]
     lines = [
-        f"`{command}` ({args.workers} closed-loop clients, /translate of one short text; the bundle "
-        f"`{args.bundle}`; default deadlines: keep-alive 5 s, request head 10 s, body 10 s).",
+        f"`{command}` ({args.workers} closed-loop clients, /translate of one short text, {args.rounds} rounds of "
+        f"{args.seconds:g} s alone then {args.seconds:g} s beside the slow clients; the bundle `{args.bundle}`; "
+        "default deadlines: keep-alive 5 s, request head 10 s, body 10 s).",
         "",
         "| normal clients | requests | p50 ms | p99 ms |",
         "|---|---:|---:|---:|",
     ]
     lines += [f"| {name} | {len(v)} | {statistics.median(v) * ms:.1f} | {p99(v) * ms:.1f} |" for name, v in rows]
     ratio = p99(r.beside) / p99(r.alone)
-    statuses = sorted(set(r.trickling.statuses))
+    statuses = Counter(s or "a reset (written to after the close)" for s in r.trickling.statuses)
+
+    def closed(c: Closures) -> str:
+        return f"{len(c.lifetimes)}, after {min(c.lifetimes, default=0):.1f}–{max(c.lifetimes, default=0):.1f} s"
+
     lines += [
         "",
-        f"p99 beside the slow clients / alone: **{ratio:.2f}×** (the goal: at most 1.2×).",
-        f"Idle connections closed by the server: {len(r.idle.lifetimes)}, after at most "
-        f"{max(r.idle.lifetimes, default=0):.1f} s; trickling bodies answered and closed: "
-        f"{len(r.trickling.lifetimes)}, after at most {max(r.trickling.lifetimes, default=0):.1f} s, "
-        f"with {', '.join(statuses) or 'nothing'}.",
+        f"p99 beside the slow clients / alone: **{ratio:.2f}×** (the goal: at most 1.2×). The phases alternate, so "
+        "that other work on the machine falls on both; where the machine is shared, compare several runs.",
+        "",
+        "Connections the server closed: idle keep-alive ones " + closed(r.kept_alive) + "; silent ones (no "
+        "request) "
+        + closed(r.silent)
+        + "; trickling bodies "
+        + closed(r.trickling)
+        + ", answered "
+        + (", ".join(f"{s} ({n})" for s, n in sorted(statuses.items())) or "nothing")
+        + ".",
     ]
     return "\n".join(lines)
 
@@ -169,7 +189,8 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bundle", type=Path, default=Path("model/bundles/en-ja"))
-    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--seconds", type=float, default=15.0, help="seconds of each phase")
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--idle", type=int, default=200)
     parser.add_argument("--trickle", type=int, default=20)
     parser.add_argument("--workers", type=int, default=4)
@@ -177,7 +198,9 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     with attnserve_server(args.bundle, {}) as server:
-        result = asyncio.run(run(server.url, args.seconds, args.idle, args.trickle, args.workers, args.interval))
+        result = asyncio.run(
+            run(server.url, args.seconds, args.idle, args.trickle, args.workers, args.interval, args.rounds)
+        )
     shown = "python bench/slow_clients.py " + " ".join(sys.argv[1:])
     text = report(result, args, shown.strip())
     print(text)

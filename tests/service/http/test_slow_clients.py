@@ -15,7 +15,7 @@ import pytest
 import uvicorn
 
 from bench.slow_clients import p99, run
-from service.http.slow_clients import uvicorn_options
+from service.http.slow_clients import HeaderDeadline, uvicorn_options
 from service.settings import Settings
 from tests.service.conftest import Server
 
@@ -142,3 +142,13 @@ def test_slow_clients_do_not_starve_normal_ones(serve: Any) -> None:
     result = asyncio.run(run(server.url, seconds=3, idle_n=200, trickle_n=20, workers=2, interval=0.05))
     assert len(result.alone) > 100 and len(result.beside) > 100
     assert p99(result.beside) <= 1.5 * p99(result.alone) + 0.005, (p99(result.alone), p99(result.beside))
+
+
+def test_attnserve_serve_runs_uvicorn_with_the_deadlines(monkeypatch: pytest.MonkeyPatch, tiny_bundle: Path) -> None:
+    from service import cli
+
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: seen.update(kw))
+    cli.serve(Settings(bundles=[tiny_bundle], keep_alive_timeout_s=3, header_timeout_s=7))
+    assert seen["timeout_keep_alive"] == 3
+    assert seen["http"].header_timeout_s == 7 and issubclass(seen["http"], HeaderDeadline)

@@ -75,8 +75,10 @@ def uvicorn_options(settings: Settings) -> dict[str, Any]:
 class BodyDeadline:
     """408 for a request whose body has not fully arrived ``seconds`` after its headers.
 
-    Only a receive that waits for more of the body runs under the deadline; the answer is sent from here (the app
-    then reads ``http.disconnect``, and what it sends is dropped), so it does not depend on how the body is parsed.
+    One timer a request, cancelled when the last of the body arrives (no timer at all when the app reads no body).
+    When it fires, the answer is sent from here with ``Connection: close``; uvicorn then closes the connection, the
+    app's pending receive reads ``http.disconnect``, and whatever the app sends is dropped. So the answer does not
+    depend on how the body is parsed.
     """
 
     def __init__(self, app: ASGIApp, seconds: float, metrics: Callable[[], Metrics | None]) -> None:
@@ -91,32 +93,40 @@ class BodyDeadline:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        deadline = asyncio.get_running_loop().time() + self.seconds
-        reading, started, late = True, False, False
+        loop = asyncio.get_running_loop()
+        timer: asyncio.TimerHandle | None = None
+        refusal: asyncio.Task[None] | None = None
+        reading, started = True, False
+
+        def expire() -> None:
+            nonlocal reading, refusal
+            reading = False
+            if not started:
+                refusal = loop.create_task(self._refuse(scope, send))
 
         async def timed() -> Message:
-            nonlocal reading, late
-            if not reading:
-                return await receive()
-            try:
-                async with asyncio.timeout_at(deadline):
-                    message = await receive()
-            except TimeoutError:
-                reading, late = False, True
-                if not started:
-                    await self._refuse(scope, send)
-                return {"type": "http.disconnect"}
-            reading = message["type"] == "http.request" and message.get("more_body", False)
+            nonlocal timer, reading
+            if reading and timer is None:
+                timer = loop.call_later(self.seconds, expire)
+            message = await receive()
+            if reading and not (message["type"] == "http.request" and message.get("more_body", False)):
+                reading = False
+                timer.cancel()  # type: ignore[union-attr]
             return message
 
         async def guarded(message: Message) -> None:
             nonlocal started
-            if late:
-                return
-            started = True
-            await send(message)
+            if refusal is None:
+                started = True
+                await send(message)
 
-        await self.app(scope, timed, guarded)
+        try:
+            await self.app(scope, timed, guarded)
+        finally:
+            if timer is not None:
+                timer.cancel()
+            if refusal is not None:
+                await refusal  # the answer is out before uvicorn sees the app return
 
     async def _refuse(self, scope: Scope, send: Send) -> None:
         if (m := self.metrics()) is not None:

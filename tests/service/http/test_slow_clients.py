@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import uvicorn
 
+from bench.common import attnserve_server
 from bench.slow_clients import p99, run
 from service.http.slow_clients import HeaderDeadline, uvicorn_options
 from service.settings import Settings
@@ -135,13 +136,14 @@ def test_a_body_in_time_is_unaffected(serve: Any) -> None:
     assert asyncio.run(main()).startswith(b"HTTP/1.1 200 ")
 
 
-def test_slow_clients_do_not_starve_normal_ones(serve: Any) -> None:
-    """200 idle keep-alive connections and 20 byte-by-byte bodies beside normal clients; the 20 % goal is measured
-    on the shipped bundle by bench/slow_clients.py, this bound leaves room for a shared CI machine."""
-    server = serve(max_wait_ms=0)
-    result = asyncio.run(run(server.url, seconds=3, idle_n=200, trickle_n=20, workers=2, interval=0.05))
+def test_slow_clients_do_not_starve_normal_ones(tiny_bundle: Path) -> None:
+    """200 idle keep-alive connections and 20 byte-by-byte bodies beside normal clients, against ``attnserve
+    serve`` in a process of its own; the 20 % goal is measured on the shipped bundle by bench/slow_clients.py, this
+    bound leaves room for a shared CI machine."""
+    with attnserve_server(tiny_bundle, {"ATTNSERVE_MAX_WAIT_MS": "0"}) as server:
+        result = asyncio.run(run(server.url, 1.5, idle_n=200, trickle_n=20, workers=2, interval=0.05, rounds=2))
     assert len(result.alone) > 100 and len(result.beside) > 100
-    assert p99(result.beside) <= 1.5 * p99(result.alone) + 0.005, (p99(result.alone), p99(result.beside))
+    assert p99(result.beside) <= 1.5 * p99(result.alone) + 0.01, (p99(result.alone), p99(result.beside))
 
 
 def test_attnserve_serve_runs_uvicorn_with_the_deadlines(monkeypatch: pytest.MonkeyPatch, tiny_bundle: Path) -> None:

@@ -145,7 +145,7 @@ async def run(
     return result
 
 
-def report(r: Result, args: argparse.Namespace, command: str) -> str:
+def report(r: Result, args: argparse.Namespace, command: str, machine: str) -> str:
     ms = 1000
     rows = [
         ("alone", r.alone),
@@ -154,7 +154,7 @@ def report(r: Result, args: argparse.Namespace, command: str) -> str:
     lines = [
         f"`{command}` ({args.workers} closed-loop clients, /translate of one short text, {args.rounds} rounds of "
         f"{args.seconds:g} s alone then {args.seconds:g} s beside the slow clients; the bundle `{args.bundle}`; "
-        "default deadlines: keep-alive 5 s, request head 10 s, body 10 s).",
+        f"default deadlines: keep-alive 5 s, request head 10 s, body 10 s; {machine}, shared with other work).",
         "",
         "| normal clients | requests | p50 ms | p99 ms |",
         "|---|---:|---:|---:|",
@@ -185,7 +185,7 @@ def report(r: Result, args: argparse.Namespace, command: str) -> str:
 
 def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from common import attnserve_server, write_section
+    from common import attnserve_server, machine, write_section
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bundle", type=Path, default=Path("model/bundles/en-ja"))
@@ -202,7 +202,7 @@ def main() -> None:
             run(server.url, args.seconds, args.idle, args.trickle, args.workers, args.interval, args.rounds)
         )
     shown = "python bench/slow_clients.py " + " ".join(sys.argv[1:])
-    text = report(result, args, shown.strip())
+    text = report(result, args, shown.strip(), machine())
     print(text)
     if not args.no_write:
         write_section("slow-clients", "## Slow and idle clients\n\n" + text)

@@ -113,6 +113,12 @@ class Settings(BaseSettings):
         description="A connection must send its request line and headers within this of opening or of its previous "
         "response, or it is closed: idle and byte-by-byte connections cannot hold sockets.",
     )
+    max_header_bytes: int = Field(
+        65536,
+        ge=1024,
+        description="Request line and headers, in bytes: a head still incomplete past it gets 431 and the "
+        "connection closes.",
+    )
     body_timeout_s: float = Field(
         10.0,
         gt=0,

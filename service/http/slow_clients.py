@@ -4,6 +4,9 @@ memory: for the request head (a connection protocol), for the body (ASGI middlew
 - ``header_timeout_s``: a connection must send a whole request line and headers within it of opening, or of its
   previous response; otherwise it is closed (uvicorn has no such deadline: a connection that sends nothing, or one
   header byte at a time, would stay open for ever).
+- ``max_header_bytes``: a request head still incomplete after that many bytes is answered 431 and the connection
+  closed (httptools, unlike h11, takes heads of any size; a head that completes within one read of the socket is
+  let through, so a connection holds at most this or one read).
 - ``body_timeout_s``: a request's whole body must arrive within it of its headers; otherwise it is answered 408
   with ``Connection: close``, and the app reads a disconnect.
 - ``keep_alive_timeout_s``: uvicorn's ``timeout_keep_alive``, how long an idle connection waits for its next request.
@@ -12,6 +15,7 @@ memory: for the request head (a connection protocol), for the body (ASGI middlew
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -24,10 +28,23 @@ from service.settings import Settings
 
 
 class HeaderDeadline(HttpToolsProtocol):
-    """uvicorn's httptools protocol with a deadline on each request head (:func:`header_deadline` sets it)."""
+    """uvicorn's httptools protocol with a deadline and a size limit on each request head (:func:`header_deadline`
+    sets them): httptools itself takes headers of any size."""
 
     header_timeout_s = 10.0
+    max_header_bytes = 65536
     _header_timer: asyncio.TimerHandle | None = None
+    _head_bytes = 0
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self._header_timer is None:
+            return
+        self._head_bytes += len(data)  # all of it is head: the head is still not complete
+        if self._head_bytes > self.max_header_bytes and not self.transport.is_closing():
+            if not self._busy():
+                self.transport.write(_too_large_head(self.max_header_bytes))
+            self.transport.close()
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -48,6 +65,7 @@ class HeaderDeadline(HttpToolsProtocol):
 
     def _arm(self) -> None:
         self._disarm()
+        self._head_bytes = 0
         self._header_timer = self.loop.call_later(self.header_timeout_s, self._expire)
 
     def _disarm(self) -> None:
@@ -55,21 +73,31 @@ class HeaderDeadline(HttpToolsProtocol):
             self._header_timer.cancel()
             self._header_timer = None
 
+    def _busy(self) -> bool:
+        return self.cycle is not None and not self.cycle.response_complete  # a pipelined request being served
+
     def _expire(self) -> None:
         self._header_timer = None
-        busy = self.cycle is not None and not self.cycle.response_complete  # a pipelined request being served
-        if not busy and not self.transport.is_closing():
+        if not self._busy() and not self.transport.is_closing():
             self.transport.close()
 
 
-def header_deadline(seconds: float) -> type[HeaderDeadline]:
-    """The protocol class for uvicorn's ``http`` option, with a request-head deadline of ``seconds``."""
-    return type("HeaderDeadline", (HeaderDeadline,), {"header_timeout_s": seconds})
+def _too_large_head(limit: int) -> bytes:
+    body = json.dumps({"error": f"the request line and headers are over max_header_bytes={limit}"}).encode()
+    head = "HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
+    return f"{head}content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode() + body
+
+
+def header_deadline(seconds: float, max_bytes: int = HeaderDeadline.max_header_bytes) -> type[HeaderDeadline]:
+    """The protocol class for uvicorn's ``http`` option, with a request-head deadline of ``seconds`` and a head of
+    at most ``max_bytes``."""
+    return type("HeaderDeadline", (HeaderDeadline,), {"header_timeout_s": seconds, "max_header_bytes": max_bytes})
 
 
 def uvicorn_options(settings: Settings) -> dict[str, Any]:
     """The keyword arguments of ``uvicorn.run`` / ``uvicorn.Config`` that carry the connection deadlines."""
-    return {"timeout_keep_alive": settings.keep_alive_timeout_s, "http": header_deadline(settings.header_timeout_s)}
+    protocol = header_deadline(settings.header_timeout_s, settings.max_header_bytes)
+    return {"timeout_keep_alive": settings.keep_alive_timeout_s, "http": protocol}
 
 
 class BodyDeadline:

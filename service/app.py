@@ -20,6 +20,7 @@ from service.http.drain import Drain, Shutdown
 from service.http.middleware import BodyLimit, RequestMetrics
 from service.http.openapi import openapi_with_request_bodies
 from service.http.routes import ROUTERS
+from service.http.slow_clients import BodyDeadline
 from service.http.state import State
 from service.metrics import Metrics
 from service.settings import Settings
@@ -143,6 +144,7 @@ def create_app(
     app.state.shutdown = shutdown
     app.add_middleware(BodyLimit, limit=s.max_body_bytes)
     app.add_middleware(Drain, shutdown=shutdown)
+    app.add_middleware(BodyDeadline, seconds=s.body_timeout_s, metrics=metrics)
     if s.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=s.cors_origins, allow_methods=["*"], allow_headers=["*"])
     app.add_middleware(RequestMetrics, metrics=metrics)

@@ -77,6 +77,7 @@ def serve(settings: Settings) -> int:
     import uvicorn
 
     from service.app import create_app
+    from service.http.slow_clients import uvicorn_options
     from service.server import Server
     from service.startup import StartupError, bind, check
 
@@ -87,8 +88,14 @@ def serve(settings: Settings) -> int:
         print(f"attnserve: {e}", file=sys.stderr)
         return 2
     app = create_app(settings, bundles, on_fatal=lambda message: server.fail(message))
-    # uvicorn's own shutdown comes after the drain, with nothing left but 503s to send: a second is plenty.
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None, timeout_graceful_shutdown=1)
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_config=None,
+        timeout_graceful_shutdown=1,  # uvicorn's own shutdown comes after the drain: only 503s are left to send
+        **uvicorn_options(settings),
+    )
     server = Server(config, app.state.shutdown)
     server.run(sockets=[sock])
     return server.exit_code

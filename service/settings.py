@@ -13,6 +13,8 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from service.http.keys import KeysFileError, read_keys_file
+
 DEFAULT_BUNDLE = Path(__file__).resolve().parent.parent / "model" / "bundles" / "en-ja"
 
 
@@ -115,7 +117,40 @@ class Settings(BaseSettings):
     api_keys: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="If set, /translate and /attention need one of these keys."
     )
-    api_keys_file: Path | None = Field(None, description="A file of API keys, one per line (# comments).")
+    api_keys_file: Path | None = Field(
+        None,
+        description="A file of API keys: one per line (# comments), or JSON with per-key limits "
+        '({"<key>": {"requests_per_minute": N, "chars_per_request": M, "chars_per_minute": C}}, each optional); '
+        "re-read when it changes.",
+    )
+    requests_per_minute: int | None = Field(
+        None,
+        ge=1,
+        description="Requests a minute per client address when no API keys are set (a list of n texts counts n); "
+        "unset = no limit. Behind a proxy, X-Forwarded-For counts when it comes from FORWARDED_ALLOW_IPS "
+        "(uvicorn's).",
+    )
+    keep_alive_timeout_s: float = Field(
+        5.0, gt=0, description="How long an idle keep-alive connection waits for its next request (uvicorn's)."
+    )
+    header_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="A connection must send its request line and headers within this of opening or of its previous "
+        "response, or it is closed: idle and byte-by-byte connections cannot hold sockets.",
+    )
+    max_header_bytes: int = Field(
+        65536,
+        ge=1024,
+        description="Request line and headers, in bytes: a head still incomplete past it gets 431 and the "
+        "connection closes.",
+    )
+    body_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="A request's whole body must arrive within this of its headers (408 beyond); the default lets "
+        "max_body_bytes arrive at 100 kB/s.",
+    )
     metrics_token: str | None = Field(None, description="If set, /metrics needs `Authorization: Bearer <token>`.")
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list, description="Allowed CORS origins.")
     log_format: Literal["text", "json"] = "text"
@@ -149,12 +184,10 @@ class Settings(BaseSettings):
         return value
 
     @model_validator(mode="after")
-    def _read_keys_file(self) -> Settings:
+    def _check_keys_file(self) -> Settings:
         if self.api_keys_file is not None:
             try:
-                lines = self.api_keys_file.read_text().splitlines()
-            except OSError as e:
-                raise ValueError(f"ATTNSERVE_API_KEYS_FILE: cannot read {self.api_keys_file}: {e}") from e
-            keys = [ln.strip() for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
-            self.api_keys = [*self.api_keys, *keys]
+                read_keys_file(self.api_keys_file)
+            except KeysFileError as e:
+                raise ValueError(f"ATTNSERVE_API_KEYS_FILE: {e}") from None
         return self

@@ -55,6 +55,23 @@ class Forbidden(Exception):
     """API keys are configured and the request carries none of them."""
 
 
+class RateLimited(Exception):
+    """A client is over its requests or characters a minute; ``retry_after`` seconds until it is not."""
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class KeyLimitExceeded(Exception):
+    """A request over one of its client's limits that waiting cannot cure (``field`` names it, ``limit`` is its
+    value)."""
+
+    def __init__(self, message: str, field: str, limit: int) -> None:
+        super().__init__(message)
+        self.field, self.limit = field, limit
+
+
 def validation_message(errors: Sequence[Mapping[str, Any]]) -> str:
     """Pydantic's errors as one line: ``invalid request: <field>: <message>; ...``."""
     parts = [f"{'.'.join(str(x) for x in err['loc']) or 'body'}: {err['msg']}" for err in errors]
@@ -92,7 +109,7 @@ def _gone(_: Exception) -> str:
     return "the client closed the connection"
 
 
-def _retry_after(e: QueueFull) -> dict[str, str]:
+def _retry_after(e: QueueFull | RateLimited) -> dict[str, str]:
     return {"Retry-After": str(e.retry_after)}
 
 
@@ -120,6 +137,8 @@ STATUS: dict[type[Exception], Rule] = {
     DeadlineExceeded: Rule(504, "deadline", lambda e: f"{e}; try a shorter text or retry later"),
     InvalidText: Rule(400, "invalid"),
     NotReady: Rule(503, None, str, _retry_soon),
+    RateLimited: Rule(429, "rate_limited", str, _retry_after),
+    KeyLimitExceeded: Rule(413, "key_limited"),
 }
 
 

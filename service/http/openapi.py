@@ -19,6 +19,8 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         422: "Invalid field",
         503: "Overloaded: retry after Retry-After seconds",
         504: "Deadline passed",
+        408: "The body did not arrive within body_timeout_s",
+        429: "Over the client's requests or characters a minute: retry after Retry-After seconds",
     }.items()
 }
 

@@ -8,6 +8,7 @@ from service.detect import Detector
 from service.engine import Engine
 from service.errors import AmbiguousSource, NotReady, UnknownPair
 from service.files import FileStore
+from service.http.ratelimit import Admission
 from service.metrics import Metrics
 from service.settings import Settings
 
@@ -25,6 +26,7 @@ class State:
         self.ready = False
         self.files = FileStore(settings.files_dir, settings.file_ttl_s)  # /translate_file's
         self.not_ready = "loading the models"  # why not ready, for /readyz and 503s
+        self.admission = Admission(settings)
 
     def engine(self, source: str, target: str) -> tuple[Engine, bool]:
         """The engine for a pair; ``source="auto"`` picks the only pair with that target. Returns (engine, auto).

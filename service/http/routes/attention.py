@@ -11,7 +11,6 @@ from fastapi import APIRouter, Request, Response
 
 from service.engine import AttentionResult, Filters, Options
 from service.http.arrays import Encoding, encode
-from service.http.auth import check_api_key
 from service.http.auto import detect_sources
 from service.http.body import parse_body
 from service.http.errors import EmptyText
@@ -35,7 +34,7 @@ async def attention(request: Request) -> Response:
     """Translate (or force-decode ``target_text``) one text and return every attention weight with its tokens."""
     state = state_of(request)
     body = await parse_body(request, AttentionRequest)
-    check_api_key(state.settings, request, body.api_key)
+    state.admission.check(request, body.api_key, body.q)
     if not body.q.strip():
         raise EmptyText("q is empty; send a text with at least one non-space character")
     source = body.source

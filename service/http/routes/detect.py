@@ -9,7 +9,6 @@ from fastapi.responses import JSONResponse
 
 from service.detect import Detection
 from service.errors import TooLarge
-from service.http.auth import check_api_key
 from service.http.body import parse_body
 from service.http.errors import InvalidField
 from service.http.limits import check_texts
@@ -31,7 +30,7 @@ async def detect(request: Request) -> JSONResponse:
     """Detect the language of a text (a list of candidates), or of each text of a list (a list of such lists)."""
     state = state_of(request)
     body = await parse_body(request, DetectRequest)
-    check_api_key(state.settings, request, body.api_key)
+    state.admission.check(request, body.api_key, body.q)
     texts = [body.q] if isinstance(body.q, str) else body.q
     check_texts(state.settings, texts)
     if isinstance(body.q, str) and not body.q:

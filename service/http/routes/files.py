@@ -14,7 +14,6 @@ from service.engine import Engine, Options
 from service.errors import TooLarge
 from service.formats import accepted, format_for
 from service.formats.base import Translate, batched
-from service.http.auth import check_api_key
 from service.http.errors import InvalidField, MalformedBody, UnsupportedFormat
 from service.http.openapi import ERRORS
 from service.http.schemas import TranslateFileResponse
@@ -86,7 +85,7 @@ async def translate_upload(request: Request, form: FormData) -> JSONResponse:
         value = form.get(name)
         return value if isinstance(value, str) and value else request.query_params.get(name)
 
-    check_api_key(settings, request, field("api_key"))
+    state.admission.check(request, field("api_key"), "")  # a file is one request; its texts are not known yet
     upload = form.get("file")
     if not isinstance(upload, UploadFile) or not upload.filename:
         raise InvalidField("file: missing; send the file as a multipart part named 'file', with its file name")

@@ -12,7 +12,6 @@ from service.detect import Detection
 from service.engine import Details, Engine, Options, Translation
 from service.formats.base import Translate
 from service.formats.html import translate_html
-from service.http.auth import check_api_key
 from service.http.auto import detect_sources, translate_auto
 from service.http.body import parse_body
 from service.http.limits import check_options, check_texts
@@ -34,7 +33,7 @@ async def translate(request: Request) -> JSONResponse:
     """Translate a text or a list of texts (LibreTranslate-compatible)."""
     state = state_of(request)
     body = await parse_body(request, TranslateRequest)
-    check_api_key(state.settings, request, body.api_key)
+    state.admission.check(request, body.api_key, body.q)
     engine = None if body.source == "auto" else state.engine(body.source, body.target)[0]  # auto: per text, below
     texts = [body.q] if isinstance(body.q, str) else body.q
     check_texts(state.settings, texts)

@@ -60,6 +60,20 @@ def tune_memory() -> bool:
     return all(mallopt(option, value) == 1 for option, value in settings) and hugepages is not None
 
 
+def trim_memory() -> bool:
+    """Hand the heap's free memory back to the system (glibc's ``malloc_trim``, every arena); whether it did.
+
+    :func:`tune_memory` keeps freed memory mapped so that decoding steps reuse it; after a burst that keeps the
+    burst's peak resident for good. The schedulers call this once their decoding thread has been idle a while,
+    when no step is there to pay for faulting the pages in again.
+    """
+    try:
+        malloc_trim = ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return False
+    return bool(malloc_trim(0))
+
+
 def attention_library() -> str:
     """The file of attnserve's attention kernels, ONNX Runtime custom ops (service/_attention.c) that the fast
     graphs use: ``SessionOptions.register_custom_ops_library`` takes it."""

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from service.decoding import BatchDecoder, DecodeRequest
+from service.errors import TooLarge
 from service.scheduler import DeadlineExceeded, QueueFull, Scheduler, StepStats
 from tests.service.fake_runner import CountingRunner, expected
 
@@ -36,8 +37,9 @@ def test_continuous_batching_answers_each_caller() -> None:
 
 def test_token_budget_limits_the_batch() -> None:
     runner = CountingRunner()
-    scheduler = Scheduler(BatchDecoder(runner), max_batch_size=32, max_batch_tokens=20, max_wait_ms=1)  # type: ignore[arg-type]
-    srcs = [[2] + [3] * 8 + [0] for _ in range(8)]  # 10 tokens each: two rows fit
+    decoder = BatchDecoder(runner)  # type: ignore[arg-type]
+    scheduler = Scheduler(decoder, max_batch_size=32, max_batch_tokens=20, max_wait_ms=1, small_share=0)
+    srcs = [[2] + [3] * 8 + [0] for _ in range(8)]  # 10 tokens each: two rows fit (no share kept for small requests)
     asyncio.run(run(scheduler, [DecodeRequest(src=s, max_length=20) for s in srcs]))
     assert max(runner.step_rows) == 2
 
@@ -46,11 +48,16 @@ def test_queue_full_and_deadline() -> None:
     scheduler = Scheduler(BatchDecoder(CountingRunner()), queue_size=3)  # type: ignore[arg-type]
 
     async def go() -> list:
+        waiting = scheduler.submit_many([DecodeRequest(src=[2, 0])] * 2, 10)  # not started: they stay queued
+        with pytest.raises(QueueFull) as full:
+            scheduler.submit_many([DecodeRequest(src=[2, 0])] * 2, 10)
+        assert full.value.retry_after >= 1
+        with pytest.raises(TooLarge, match="queue_size=3") as never:  # could never be queued: refused, not retried
+            scheduler.submit_many([DecodeRequest(src=[2, 0])] * 4, 10)
+        assert (never.value.field, never.value.limit) == ("queue_size", 3)
         await scheduler.start()
         try:
-            with pytest.raises(QueueFull) as full:
-                scheduler.submit_many([DecodeRequest(src=[2, 0])] * 4, 10)
-            assert full.value.retry_after >= 1
+            await asyncio.gather(*waiting)
             return await asyncio.gather(
                 *scheduler.submit_many([DecodeRequest(src=[2, 0])], 0.0), return_exceptions=True
             )

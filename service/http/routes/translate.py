@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -28,6 +29,7 @@ router = APIRouter()
 )
 async def translate(request: Request) -> JSONResponse:
     """Translate a text or a list of texts (LibreTranslate-compatible)."""
+    arrival = time.monotonic()  # the deadline counts from here
     state = state_of(request)
     body = await parse_body(request, TranslateRequest)
     check_api_key(state.settings, request, body.api_key)
@@ -44,7 +46,7 @@ async def translate(request: Request) -> JSONResponse:
         details=body.return_details,
     )
     check_options(state.settings, options)
-    translations = await engine.translate(texts, options, request.is_disconnected)
+    translations = await engine.translate(texts, options, request.is_disconnected, arrival)
     detected = engine.pair[0] if auto else None
     return JSONResponse(answer(body, translations, detected))  # already TranslateResponse's: no second validation
 

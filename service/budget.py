@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Protocol
@@ -23,6 +23,7 @@ from service.errors import TooLarge
 from service.scheduler import QueueFull
 
 MiB = 1 << 20
+IDLE_S = 1.0  # seconds with nothing held before ``on_idle``
 
 
 class AttentionFilter(Protocol):
@@ -91,12 +92,19 @@ class Budget:
     Args:
         capacity: the budget in bytes.
         setting: the setting it comes from, named when a request can never fit.
+        on_idle: called on a worker thread once nothing has been held for :data:`IDLE_S` (the engine hands
+            the heap back to the system: service.runner.trim_memory).
     """
 
-    def __init__(self, capacity: int, setting: str = "memory_budget_mb") -> None:
+    def __init__(
+        self, capacity: int, setting: str = "memory_budget_mb", on_idle: Callable[[], object] | None = None
+    ) -> None:
         self.capacity = capacity
         self.setting = setting
+        self.on_idle = on_idle
         self.used = 0
+        self._emptied = 0.0  # when the last hold ended with nothing else held
+        self._idle_check: asyncio.TimerHandle | None = None
         self._waiters: deque[_Waiter] = deque()
         self._held_seconds = 1.0  # running mean of how long a hold lasts, for Retry-After
 
@@ -127,6 +135,21 @@ class Budget:
             self._held_seconds = 0.9 * self._held_seconds + 0.1 * (time.monotonic() - start)
             self.used -= size
             self._wake()
+            if not self.used and self.on_idle is not None:
+                self._emptied = time.monotonic()
+                if self._idle_check is None:
+                    self._idle_check = asyncio.get_running_loop().call_later(IDLE_S, self._when_idle)
+
+    def _when_idle(self) -> None:
+        """Call ``on_idle`` if nothing was held since the budget emptied :data:`IDLE_S` ago; else look again."""
+        self._idle_check = None
+        if self.used or self._waiters:
+            return  # the next hold to end with nothing held looks again
+        loop = asyncio.get_running_loop()
+        if (left := self._emptied + IDLE_S - time.monotonic()) > 0:
+            self._idle_check = loop.call_later(left, self._when_idle)
+        elif self.on_idle is not None:
+            loop.run_in_executor(None, self.on_idle)
 
     async def _wait(self, size: int, deadline: float) -> None:
         waiter = _Waiter(size, asyncio.get_running_loop().create_future())

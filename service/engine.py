@@ -173,7 +173,8 @@ class Engine:
         self.tokenizer = bundle.tokenizer
         self.runners = runners
         self.schedulers: dict[str, list[Scheduler]] = {}  # "exact", "fast": one per decoding thread
-        self.budget = Budget(settings.memory_budget_mb * MiB)  # what requests in flight hold (service/budget.py)
+        # What requests in flight hold (service/budget.py); the heap goes back to the system once none is left.
+        self.budget = Budget(settings.memory_budget_mb * MiB, on_idle=trim_memory)
         self._on_input: Callable[[int], object] = _ignore
 
     @classmethod
@@ -218,7 +219,6 @@ class Engine:
                     encode_ahead=s.encode_ahead,
                     small_share=s.small_request_share,
                     on_step=on_step,
-                    on_idle=trim_memory,
                 )
                 for _ in range(s.decode_threads)
             ]

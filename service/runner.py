@@ -82,6 +82,20 @@ def attention_library() -> str:
     return str(_attention.__file__)
 
 
+def session_options(threads: int, arena: bool = True) -> ort.SessionOptions:
+    """The options of every session: ``threads`` intra-op threads that sleep when they wait, attnserve's kernels,
+    and ONNX Runtime's CPU memory arena unless ``arena`` is false."""
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.enable_cpu_mem_arena = arena
+    # Waiting threads sleep instead of spinning: a spinning pool collapses when another process holds a core.
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    opts.register_custom_ops_library(attention_library())  # the fast decoder's attention (domain attnserve)
+    return opts
+
+
 class ProviderError(RuntimeError):
     """The requested execution provider is not available."""
 
@@ -146,13 +160,7 @@ class Runner:
         self.variant = variant
         self.spec = bundle.spec
         self.provider = choose_provider(provider)
-        opts = ort.SessionOptions()
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        opts.intra_op_num_threads = threads
-        opts.inter_op_num_threads = 1
-        # Waiting threads sleep instead of spinning: a spinning pool collapses when another process holds a core.
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        opts.register_custom_ops_library(attention_library())  # the fast decoder's attention (domain attnserve)
+        opts = session_options(threads)
         providers = [self.provider] if self.provider == CPU else [self.provider, CPU]
         # On the CPU, LayerNormalization after a plain Add beats the fused SkipLayerNormalization kernel (a decoder
         # step takes less time, float32 and int8; docs/BENCHMARKS.md).
@@ -160,7 +168,11 @@ class Runner:
 
         def session(role: str) -> ort.InferenceSession:
             path = str(bundle.graph(role, variant))
-            return ort.InferenceSession(path, opts, providers=providers, disabled_optimizers=disabled)
+            # Attention outputs grow with the texts' lengths: without ONNX Runtime's arena, which never shrinks,
+            # a graph that gives them allocates from malloc, whose free memory trim_memory returns to the system.
+            arena = not bundle.form(role, variant).attentions
+            options = opts if arena else session_options(threads, arena=False)
+            return ort.InferenceSession(path, options, providers=providers, disabled_optimizers=disabled)
 
         self.encoder = encoder or session("encoder")
         self.decoder = session("fast_decoder" if fast else "decoder")

@@ -31,8 +31,6 @@ from service.errors import TooLarge
 
 log = logging.getLogger(__name__)
 
-IDLE_S = 1.0  # seconds without work after which the decoding thread calls on_idle
-
 
 class Decoder(Protocol):
     """What the scheduler needs from a decoder (:class:`~service.decoding.BatchDecoder`)."""
@@ -132,7 +130,6 @@ class Scheduler:
         encode_ahead: int = 16,
         small_share: float = 0.125,
         on_step: Callable[[StepStats], None] | None = None,
-        on_idle: Callable[[], object] | None = None,
     ) -> None:
         self.decoder = decoder
         self.max_batch_size = max_batch_size
@@ -142,7 +139,6 @@ class Scheduler:
         self.continuous = continuous
         self.encode_ahead = encode_ahead if continuous else 0
         self.on_step = on_step or (lambda _: None)
-        self.on_idle = on_idle  # called on the decoding thread once it has been idle for IDLE_S
         self.small_rows = int(max_batch_size * small_share)
         self.small_tokens = int(max_batch_tokens * small_share)
         self._queue: deque[_Entry] = deque()  # small requests' texts, appended on the event loop
@@ -228,17 +224,12 @@ class Scheduler:
 
     def _run(self) -> None:
         """The batching loop, on the decoding thread: admit, step, answer, until :meth:`stop`."""
-        worked = False  # since on_idle was last called
         while not self._stopping:
             if not self._active and not self._queue and not self._ready and not self._incoming and not self._large:
                 self._settle_finished()
-                if self._wakeup.wait(IDLE_S if worked and self.on_idle else None):
-                    self._wakeup.clear()
-                elif self.on_idle is not None:
-                    worked = False
-                    self.on_idle()
+                self._wakeup.wait()
+                self._wakeup.clear()
                 continue
-            worked = True
             if not self._active and len(self._queue) < self.max_batch_size and self.max_wait > 0:
                 self._settle_finished()
                 time.sleep(self.max_wait)  # let a batch form

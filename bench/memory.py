@@ -23,7 +23,7 @@ from common import DOCS, ROOT, attnserve_server, machine, write_section
 WORDS = re.sub(r"[`|#*\[\]()_<>]", " ", " ".join(p.read_text() for p in sorted(DOCS.glob("*.md")))).split()
 
 
-def longest_text(tokens: int, offset: int, count: "TokenCounter") -> str:
+def longest_text(tokens: int, offset: int, count: TokenCounter) -> str:
     """The longest run of :data:`WORDS` from ``offset`` whose encoding has at most ``tokens`` tokens."""
     lo, hi = 1, 600
     while lo < hi:

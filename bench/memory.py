@@ -2,7 +2,7 @@
 the idle time after it, plotted, with the burst's latencies and status codes.
 
 Each request is as large as the default limits allow: a source text of ``max_tokens`` tokens force-decoding a
-target text of ``max_length`` tokens (so every answer holds all three kinds of weights at their largest), beam 8.
+target text of ``max_length`` tokens, so every answer holds all three kinds of weights at their largest.
 
     python bench/memory.py --requests 48 --idle 20
 """
@@ -51,7 +51,7 @@ class TokenCounter:
 
 def maximal_body(bundle: Path, max_tokens: int = 256, max_length: int = 256) -> dict[str, object]:
     """An /attention body at the default limits: ``max_tokens`` source tokens, ``max_length`` forced target
-    tokens, beam 8."""
+    tokens (beam_size is sent, but a forced target decodes one row)."""
     source = longest_text(max_tokens, 0, TokenCounter(bundle))
     target = longest_text(max_length, 2000, TokenCounter(bundle, target=True))
     return {"q": source, "target_text": target, "source": "en", "target": "ja", "beam_size": 8}
@@ -173,8 +173,8 @@ def main() -> None:
 
 `python bench/memory.py --requests {args.requests} --idle {args.idle:g}` ({settings}, one ONNX Runtime thread) on
 {machine()}, load average {os.getloadavg()[0]:.1f} at the end (other work shares the machine). {args.requests}
-concurrent /attention requests at the default limits: a {256}-token source force-decoding a {256}-token target,
-beam 8, every kind of weight (answers of about 35 MB).
+concurrent /attention requests at the default limits: a 256-token source force-decoding a 256-token target,
+every kind of weight (answers of about 35 MB).
 
 | idle RSS | peak RSS | RSS {args.idle:g} s after | burst | p50 | slowest | statuses |
 |---|---|---|---|---|---|---|

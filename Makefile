@@ -46,6 +46,11 @@ test-service: $(SVENV)/.test
 image-test: $(VENV)/.dev
 	$(BIN)/python -m pytest -q -m image tests/deploy/test_image.py
 
+# A minute of mixed load (tests/bench/test_soak.py, bench/soak.py): make test runs it under CI=true.
+.PHONY: soak-test
+soak-test: $(VENV)/.dev
+	$(BIN)/python -m pytest -q -m soak tests/bench/test_soak.py
+
 format: $(VENV)/.dev
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,11 +18,13 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from service.admission import check_servable
+from service.budget import Budget, MiB, answer_bytes, request_bytes
 from service.bundle import Bundle, load_bundle, unencodable
 from service.decoding import BatchDecoder, DecodeRequest, DecodeResult, Hypothesis, StepRunner, decode
 from service.errors import ClientGone, InvalidText, NoSuchIndex, TooLarge
-from service.runner import CPU, Runner
-from service.scheduler import Scheduler, StepStats
+from service.runner import CPU, Runner, trim_memory
+from service.scheduler import DeadlineExceeded, Scheduler, StepStats
 from service.settings import Settings
 from service.text.glossary import read_glossary
 from service.text.pipeline import Prepared, TextPipeline
@@ -209,6 +212,8 @@ class Engine:
         self.tokenizer = bundle.tokenizer
         self.runners = runners
         self.schedulers: dict[str, list[Scheduler]] = {}  # "exact", "fast": one per decoding thread
+        # What requests in flight hold (service/budget.py); the heap goes back to the system once none is left.
+        self.budget = Budget(settings.memory_budget_mb * MiB, on_idle=trim_memory)
         self._on_input: Callable[[int], object] = _ignore
         glossary = read_glossary(settings.glossary_dir, bundle.source_lang, bundle.target_lang)
         self.text = TextPipeline(self.tokenizer, bundle.source_lang, settings.sentence_split_chars, glossary)
@@ -253,6 +258,7 @@ class Engine:
                     queue_size=s.queue_size,
                     continuous=s.continuous_batching,
                     encode_ahead=s.encode_ahead,
+                    small_share=s.small_request_share,
                     on_step=on_step,
                 )
                 for _ in range(s.decode_threads)
@@ -278,26 +284,41 @@ class Engine:
         """Rows being decoded."""
         return sum(s.active_sequences for s in self._unique_schedulers())
 
-    async def translate(self, texts: Sequence[str], options: Options, gone: Gone | None = None) -> list[Translation]:
+    async def translate(
+        self, texts: Sequence[str], options: Options, gone: Gone | None = None, arrival: float | None = None
+    ) -> list[Translation]:
         """Translate texts together through the schedulers (:meth:`start` first).
 
+        ``arrival`` (``time.monotonic()``, default now) is when the request came: its deadline,
+        ``request_timeout_s``, counts from then.
+
         Raises:
-            TooLarge: a text is over ``max_chars`` or ``max_tokens``.
-            QueueFull: the scheduler has no room for them all.
+            TooLarge: a text is over ``max_chars`` or ``max_tokens``; the texts are more than the queue holds, may
+                generate more than the deadline allows (service/admission.py) or need more than the memory budget.
+            QueueFull: the scheduler has no room for them all (BudgetFull: the memory budget stayed in use).
             DeadlineExceeded: ``request_timeout_s`` passed first.
             ClientGone: ``gone()`` said the caller went away; the texts' rows were freed.
         """
         self._check(texts)
         prepared = self.text.prepare(texts, options.glossary, options.keep)
-        if prepared is not None:
-            requests = self._segment_requests(prepared, options)
+        if prepared is None:
+            requests = [self._request(t, options, options.details) for t in texts]
+            return self._translations(requests, await self._queued(requests, gone, arrival), options)
+        requests = self._segment_requests(prepared, options)
+        return self._finished(prepared, requests, await self._queued(requests, gone, arrival), options)
+
+    async def _queued(
+        self, requests: list[DecodeRequest], gone: Gone | None, arrival: float | None
+    ) -> list[DecodeResult]:
+        """Requests through the schedulers, within the request's deadline and the memory budget."""
+        if not requests:
+            return []
+        check_servable(requests, self.settings)
+        deadline = (arrival or time.monotonic()) + self.settings.request_timeout_s
+        spec = self.bundle.spec
+        async with self.budget.hold(sum(request_bytes(r, spec) for r in requests), deadline):
             self._on_input(sum(len(r.src) for r in requests))
-            results = await self._wait(requests, False, gone) if requests else []
-            return self._finished(prepared, requests, results, options)
-        requests = [self._request(t, options, options.details) for t in texts]
-        self._on_input(sum(len(r.src) for r in requests))
-        results = await self._wait(requests, False, gone)
-        return self._translations(requests, results, options)
+            return await self._wait(requests, False, gone, deadline)
 
     def translate_now(self, texts: Sequence[str], options: Options) -> list[Translation]:
         """:meth:`translate` without a scheduler (the command line), on the same graphs."""
@@ -352,18 +373,23 @@ class Engine:
         filters: Filters,
         target_text: str | None = None,
         gone: Gone | None = None,
+        arrival: float | None = None,
     ) -> AttentionResult:
         """Translate (or force-decode ``target_text``) one text on the exact graphs, with its attention weights.
 
         Raises:
             NoSuchIndex: a layer or head in ``filters`` that the model does not have.
-            TooLarge: the text or the target text is over a limit.
+            TooLarge: the text or the target text is over a limit, or its weights over the memory budget.
             QueueFull, DeadlineExceeded, ClientGone: as :meth:`translate`.
         """
         request = self._attention_request(text, options, filters, target_text)
-        self._on_input(len(request.src))
-        (result,) = await self._wait([request], True, gone)
-        return self._attention_result(request, result, filters)
+        check_servable([request], self.settings)
+        deadline = (arrival or time.monotonic()) + self.settings.request_timeout_s
+        size = request_bytes(request, self.bundle.spec) + answer_bytes(self.bundle.spec, request, filters)
+        async with self.budget.hold(size, deadline):
+            self._on_input(len(request.src))
+            (result,) = await self._wait([request], True, gone, deadline)
+            return self._attention_result(request, result, filters)
 
     def attention_now(
         self, text: str, options: Options, filters: Filters, target_text: str | None = None
@@ -421,18 +447,26 @@ class Engine:
     def _exact(self, requests: list[DecodeRequest], exact: bool) -> bool:
         return exact or (not self.runners.fast.attention and any(r.attention for r in requests))
 
-    async def _wait(self, requests: list[DecodeRequest], exact: bool, gone: Gone | None) -> list[DecodeResult]:
-        """Queue texts together on the least busy scheduler and wait for them, giving up (and freeing their rows)
-        if the caller goes away. It looks after 1 s, as nearly every answer comes first, then every 2 s: each look
-        costs the event loop, which the decoding thread then waits for (the GIL). No task of its own either."""
+    async def _wait(
+        self, requests: list[DecodeRequest], exact: bool, gone: Gone | None, deadline: float
+    ) -> list[DecodeResult]:
+        """Queue texts together on the least busy scheduler and wait for them until ``deadline``, giving up (and
+        freeing their rows) if the caller goes away. It looks after 1 s, as nearly every answer comes first, then
+        every 2 s: each look costs the event loop, which the decoding thread then waits for (the GIL). No task of
+        its own either. The deadline is kept here too: a decoding step in progress does not delay the answer."""
         assert self.schedulers, "Engine.start() was not called"
         group = self.schedulers["exact" if self._exact(requests, exact) else "fast"]
         scheduler = group[0] if len(group) == 1 else min(group, key=lambda s: s.queue_depth + s.active_sequences)
-        futures = scheduler.submit_many(requests, self.settings.request_timeout_s)
+        timeout = self.settings.request_timeout_s
+        futures = scheduler.submit_many(requests, timeout, deadline - timeout)
         try:
             wait = 1.0
             while True:
-                done, pending = await asyncio.wait(futures, timeout=wait, return_when=asyncio.FIRST_EXCEPTION)
+                if (left := deadline - time.monotonic()) <= 0:
+                    raise DeadlineExceeded(f"the deadline passed after {timeout:g} s")
+                done, pending = await asyncio.wait(
+                    futures, timeout=min(wait, left), return_when=asyncio.FIRST_EXCEPTION
+                )
                 for f in done:
                     if (failure := f.exception()) is not None:
                         raise failure

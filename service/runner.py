@@ -60,12 +60,40 @@ def tune_memory() -> bool:
     return all(mallopt(option, value) == 1 for option, value in settings) and hugepages is not None
 
 
+def trim_memory() -> bool:
+    """Hand the heap's free memory back to the system (glibc's ``malloc_trim``, every arena); whether it did.
+
+    :func:`tune_memory` keeps freed memory mapped so that decoding steps reuse it; after a burst that keeps the
+    burst's peak resident for good. The schedulers call this once their decoding thread has been idle a while,
+    when no step is there to pay for faulting the pages in again.
+    """
+    try:
+        malloc_trim = ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return False
+    return bool(malloc_trim(0))
+
+
 def attention_library() -> str:
     """The file of attnserve's attention kernels, ONNX Runtime custom ops (service/_attention.c) that the fast
     graphs use: ``SessionOptions.register_custom_ops_library`` takes it."""
     from service import _attention
 
     return str(_attention.__file__)
+
+
+def session_options(threads: int, arena: bool = True) -> ort.SessionOptions:
+    """The options of every session: ``threads`` intra-op threads that sleep when they wait, attnserve's kernels,
+    and ONNX Runtime's CPU memory arena unless ``arena`` is false."""
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.enable_cpu_mem_arena = arena
+    # Waiting threads sleep instead of spinning: a spinning pool collapses when another process holds a core.
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    opts.register_custom_ops_library(attention_library())  # the fast decoder's attention (domain attnserve)
+    return opts
 
 
 class ProviderError(RuntimeError):
@@ -132,13 +160,7 @@ class Runner:
         self.variant = variant
         self.spec = bundle.spec
         self.provider = choose_provider(provider)
-        opts = ort.SessionOptions()
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        opts.intra_op_num_threads = threads
-        opts.inter_op_num_threads = 1
-        # Waiting threads sleep instead of spinning: a spinning pool collapses when another process holds a core.
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        opts.register_custom_ops_library(attention_library())  # the fast decoder's attention (domain attnserve)
+        opts = session_options(threads)
         providers = [self.provider] if self.provider == CPU else [self.provider, CPU]
         # On the CPU, LayerNormalization after a plain Add beats the fused SkipLayerNormalization kernel (a decoder
         # step takes less time, float32 and int8; docs/BENCHMARKS.md).
@@ -146,7 +168,11 @@ class Runner:
 
         def session(role: str) -> ort.InferenceSession:
             path = str(bundle.graph(role, variant))
-            return ort.InferenceSession(path, opts, providers=providers, disabled_optimizers=disabled)
+            # Attention outputs grow with the texts' lengths: without ONNX Runtime's arena, which never shrinks,
+            # a graph that gives them allocates from malloc, whose free memory trim_memory returns to the system.
+            arena = not bundle.form(role, variant).attentions
+            options = opts if arena else session_options(threads, arena=False)
+            return ort.InferenceSession(path, options, providers=providers, disabled_optimizers=disabled)
 
         self.encoder = encoder or session("encoder")
         self.decoder = session("fast_decoder" if fast else "decoder")

@@ -7,6 +7,11 @@ texts that will join in later steps are encoded ahead, with those that join now:
 costs less a text than many calls for a few (``encode_ahead``). The loop runs on a thread
 of its own, so the event loop keeps serving and a step never waits for the event loop. The loop reports plain
 :class:`StepStats`; service/metrics.py turns them into Prometheus metrics.
+
+Admission is fair between requests. A *small* request, one whose texts all fit in ``small_share`` of the batch
+(rows and padded tokens), waits in a FIFO lane that may fill the whole batch. A *large* request's texts join in
+turn with the other large requests' (one text each, round robin) and never fill that last share: rows of large
+requests decode for hundreds of steps, and a small request that had to wait for one to finish would wait as long.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, cast
 
 from service.decoding import DecodeRequest, DecodeResult
+from service.errors import TooLarge
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +96,7 @@ class _Entry:
     future: asyncio.Future[DecodeResult]
     deadline: float  # time.monotonic()
     enqueued: float
+    large: bool = False  # of a large request: joins round robin, never into the batch's small share
     failed: bool = False  # the decoding thread has failed it (the future learns it on the event loop)
 
     @property
@@ -121,6 +128,7 @@ class Scheduler:
         queue_size: int = 1024,
         continuous: bool = True,
         encode_ahead: int = 16,
+        small_share: float = 0.125,
         on_step: Callable[[StepStats], None] | None = None,
     ) -> None:
         self.decoder = decoder
@@ -131,7 +139,13 @@ class Scheduler:
         self.continuous = continuous
         self.encode_ahead = encode_ahead if continuous else 0
         self.on_step = on_step or (lambda _: None)
-        self._queue: deque[_Entry] = deque()  # appended on the event loop, taken by the decoding thread
+        self.small_rows = int(max_batch_size * small_share)
+        self.small_tokens = int(max_batch_tokens * small_share)
+        self._queue: deque[_Entry] = deque()  # small requests' texts, appended on the event loop
+        self._incoming: deque[deque[_Entry]] = deque()  # large requests, appended on the event loop
+        self._large: deque[deque[_Entry]] = deque()  # the decoding thread's: large requests in turn, texts waiting
+        self._large_queued = 0  # texts of large requests queued (written on the event loop only)
+        self._large_taken = 0  # and taken from the queue (written on the decoding thread only)
         self._ready: deque[_Entry] = deque()  # taken from the queue and encoded ahead; they join before the queue's
         self._active: dict[int, _Entry] = {}  # the decoding thread's
         self._finished: list[tuple[_Entry, DecodeResult]] = []  # answered before the next step (_settle_finished)
@@ -145,7 +159,7 @@ class Scheduler:
     @property
     def queue_depth(self) -> int:
         """Texts waiting for rows (those encoded ahead too)."""
-        return len(self._queue) + len(self._ready)
+        return len(self._queue) + len(self._ready) + self._large_queued - self._large_taken
 
     @property
     def active_sequences(self) -> int:
@@ -163,23 +177,45 @@ class Scheduler:
             await asyncio.to_thread(self._thread.join)
         for entry, result in self._finished:
             _settle(entry.future, result)
-        for entry in [*self._queue, *self._ready, *self._active.values()]:
+        large = [e for group in (*self._incoming, *self._large) for e in group]
+        for entry in [*self._queue, *large, *self._ready, *self._active.values()]:
             _settle(entry.future, DeadlineExceeded("the server is shutting down"))
 
-    def submit_many(self, requests: list[DecodeRequest], timeout: float) -> list[asyncio.Future[DecodeResult]]:
-        """Queue texts all together or not at all (on the event loop).
+    def submit_many(
+        self, requests: list[DecodeRequest], timeout: float, arrival: float | None = None
+    ) -> list[asyncio.Future[DecodeResult]]:
+        """Queue texts all together or not at all (on the event loop); their deadline is ``timeout`` seconds after
+        ``arrival`` (``time.monotonic()``; default now).
 
         Raises:
+            TooLarge: more texts than the queue holds (``queue_size``): they could never be queued.
             QueueFull: fewer than ``len(requests)`` places are free.
         """
+        if len(requests) > self.queue_size:
+            raise TooLarge(
+                f"the request has {len(requests)} texts; the queue holds queue_size={self.queue_size}",
+                "queue_size",
+                self.queue_size,
+            )
         if self.queue_depth + len(requests) > self.queue_size:
             raise QueueFull(self.retry_after())
         loop = asyncio.get_running_loop()
         now = time.monotonic()
-        entries = [_Entry(next(self._ids), r, loop.create_future(), now + timeout, now) for r in requests]
-        self._queue.extend(entries)
+        deadline = (now if arrival is None else arrival) + timeout
+        large = not self._small(requests)
+        entries = [_Entry(next(self._ids), r, loop.create_future(), deadline, now, large) for r in requests]
+        if large:
+            self._large_queued += len(entries)
+            self._incoming.append(deque(entries))
+        else:
+            self._queue.extend(entries)
         self._wakeup.set()
         return [e.future for e in entries]
+
+    def _small(self, requests: list[DecodeRequest]) -> bool:
+        """Whether the texts fit in the batch's small share all together (rows and padded source tokens)."""
+        rows = sum(1 if r.forced is not None else r.beam_size for r in requests)
+        return rows <= self.small_rows and rows * max(len(r.src) for r in requests) <= self.small_tokens
 
     def retry_after(self) -> int:
         """Seconds until the queue has drained about one batch, at least 1."""
@@ -189,7 +225,7 @@ class Scheduler:
     def _run(self) -> None:
         """The batching loop, on the decoding thread: admit, step, answer, until :meth:`stop`."""
         while not self._stopping:
-            if not self._queue and not self._ready and not self._active:
+            if not self._active and not self._queue and not self._ready and not self._incoming and not self._large:
                 self._settle_finished()
                 self._wakeup.wait()
                 self._wakeup.clear()
@@ -235,58 +271,97 @@ class Scheduler:
         self._loop.call_soon_threadsafe(_settle, entry.future, outcome)
 
     def _take(self) -> tuple[list[_Entry], list[_Entry]]:
-        """The texts that join the batch now: those encoded ahead first, then queued ones, oldest first, as long as
-        they fit. And the texts to encode now, sorted by length for the encoder call: the queued ones that join, and
-        when some do and the batch is then full, up to ``encode_ahead`` rows more (with those encoded before)."""
-        rows, S = 0, 0  # joining the batch
-        held = self.decoder.num_rows
-        taken: list[_Entry] = []
-        full, ready = False, 0  # the batch is full; texts taken that were encoded ahead (taken first)
-        for waiting in (self._ready, self._queue):
-            while waiting and not full:
-                entry = waiting[0]
-                if entry.gone:  # cancelled or expired while waiting
-                    waiting.popleft()
-                    if waiting is self._ready:
-                        self.decoder.cancel(entry.key)
-                    continue
-                new_rows, new_S = rows + entry.rows, max(S, len(entry.request.src))
-                fits = (
-                    held + new_rows <= self.max_batch_size
-                    and self.decoder.source_tokens(new_rows, new_S) <= self.max_batch_tokens
-                )
-                if not fits and (held or taken):
-                    full = True
-                    break
-                taken.append(waiting.popleft())
-                ready += waiting is self._ready
-                rows, S = new_rows, new_S
+        """The texts that join the batch now, and those to encode now (sorted by length for the encoder call).
+
+        Those encoded ahead join first, then small requests' texts oldest first, then large requests' in turn, each
+        lane as long as its texts fit (a large request's within the batch less its small share). When some join and
+        the batch is then full, up to ``encode_ahead`` rows more are encoded ahead, in the same order."""
+        while self._incoming:
+            self._large.append(self._incoming.popleft())
+        joining = _Joining(self)
+        full = self._take_from(self._ready, joining)
+        ready = len(joining.taken)
+        full = self._take_from(self._queue, joining) or full
+        while (head := self._large_head()) is not None:
+            if not joining.fits(head):
+                full = True
+                break
+            joining.add(self._pop_large())
+        taken = joining.taken
         encode = taken[ready:]
         if encode and full:
-            ahead = sum(e.rows for e in self._ready)
-            while self._queue and ahead + self._queue[0].rows <= self.encode_ahead:
-                if not (entry := self._queue.popleft()).gone:
-                    self._ready.append(entry)
-                    encode.append(entry)
-                    ahead += entry.rows
+            self._encode_ahead(encode)
         encode.sort(key=lambda e: len(e.request.src))
         return taken, encode
+
+    def _take_from(self, waiting: deque[_Entry], joining: _Joining) -> bool:
+        """Move texts from the head of ``waiting`` to ``joining`` while they fit; whether one did not."""
+        while waiting:
+            entry = waiting[0]
+            if entry.gone:  # cancelled or expired while waiting
+                waiting.popleft()
+                if waiting is self._ready:
+                    self.decoder.cancel(entry.key)
+                continue
+            if not joining.fits(entry):
+                return True
+            joining.add(waiting.popleft())
+        return False
+
+    def _large_head(self) -> _Entry | None:
+        """The next text of the large request whose turn it is (requests with nothing left are dropped)."""
+        large = self._large
+        while large:
+            group = large[0]
+            while group and group[0].gone:
+                group.popleft()
+                self._large_taken += 1
+            if group:
+                return group[0]
+            large.popleft()
+        return None
+
+    def _pop_large(self) -> _Entry:
+        """Take :meth:`_large_head`; the next large request's turn comes."""
+        entry = self._large[0].popleft()
+        self._large_taken += 1
+        self._large.rotate(-1)
+        return entry
+
+    def _encode_ahead(self, encode: list[_Entry]) -> None:
+        """Move up to ``encode_ahead`` rows' worth of queued texts (with those encoded before) to ``_ready``."""
+        ahead = sum(e.rows for e in self._ready)
+        while self._queue and ahead + self._queue[0].rows <= self.encode_ahead:
+            if not (entry := self._queue.popleft()).gone:
+                self._ready.append(entry)
+                encode.append(entry)
+                ahead += entry.rows
+        while (head := self._large_head()) is not None and ahead + head.rows <= self.encode_ahead:
+            entry = self._pop_large()
+            self._ready.append(entry)
+            encode.append(entry)
+            ahead += entry.rows
 
     def _expire(self, now: float) -> None:
         """Fail texts whose deadline passed; drop rows whose caller went away.
 
-        The queue is looked at from its oldest text up to the first one still waiting within its deadline: deadlines
-        come in the queue's order when every caller gives the same timeout (the service's ``request_timeout_s``).
-        Checking every queued text at every step would make a long queue cost the decoding thread (holding the GIL)
-        more the longer it grew."""
+        The small lane is looked at from its oldest text up to the first one still waiting within its deadline:
+        deadlines come in the queue's order when every caller gives the same timeout (the service's
+        ``request_timeout_s``). Checking every queued text at every step would make a long queue cost the decoding
+        thread (holding the GIL) more the longer it grew. A large request's texts share one deadline: its first
+        waiting text stands for them all."""
         queue = self._queue
         while queue and (queue[0].gone or now > queue[0].deadline):
-            entry = queue.popleft()
-            if not entry.gone:
-                self._answer(entry, DeadlineExceeded(f"the deadline passed after {now - entry.enqueued:.1f} s"))
+            self._fail_expired(queue.popleft(), now)
+        while self._incoming:
+            self._large.append(self._incoming.popleft())
+        for group in self._large:
+            while group and (group[0].gone or now > group[0].deadline):
+                self._large_taken += 1
+                self._fail_expired(group.popleft(), now)
         for entry in [*self._ready, *self._active.values()]:
             if not entry.gone and now > entry.deadline:
-                self._answer(entry, DeadlineExceeded(f"the deadline passed after {now - entry.enqueued:.1f} s"))
+                self._fail_expired(entry, now)
         for entry in [entry for entry in self._ready if entry.gone]:
             self.decoder.cancel(entry.key)
             self._ready.remove(entry)
@@ -294,6 +369,10 @@ class Scheduler:
             if entry.gone:
                 self.decoder.cancel(key)
                 del self._active[key]
+
+    def _fail_expired(self, entry: _Entry, now: float) -> None:
+        if not entry.gone:
+            self._answer(entry, DeadlineExceeded(f"the deadline passed after {now - entry.enqueued:.1f} s"))
 
     def _iterate(self, admitted: list[_Entry], encoded: list[_Entry]) -> StepStats:
         """Encode, admit, one step, hand finished results back to the event loop."""
@@ -320,6 +399,32 @@ class Scheduler:
             queue_depth=self.queue_depth,
             queue_waits=[now - e.enqueued for e in admitted],
         )
+
+
+class _Joining:
+    """The texts joining the batch in one :meth:`Scheduler._take`, and whether one more fits."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
+        self.held = scheduler.decoder.num_rows
+        self.taken: list[_Entry] = []
+        self.rows, self.S = 0, 0
+
+    def fits(self, entry: _Entry) -> bool:
+        """Whether ``entry`` fits too: within the batch's limits, a large request's less the small share. An
+        empty batch takes any one text."""
+        if not self.held and not self.taken:
+            return True
+        s = self.scheduler
+        rows, S = self.rows + entry.rows, max(self.S, len(entry.request.src))
+        max_rows, max_tokens = s.max_batch_size, s.max_batch_tokens
+        if entry.large:
+            max_rows, max_tokens = max_rows - s.small_rows, max_tokens - s.small_tokens
+        return self.held + rows <= max_rows and s.decoder.source_tokens(rows, S) <= max_tokens
+
+    def add(self, entry: _Entry) -> None:
+        self.taken.append(entry)
+        self.rows, self.S = self.rows + entry.rows, max(self.S, len(entry.request.src))
 
 
 def _settle_all(outcomes: list[tuple[asyncio.Future[DecodeResult], DecodeResult]]) -> None:

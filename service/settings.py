@@ -86,6 +86,31 @@ class Settings(BaseSettings):
         "full meanwhile, new ones get 503; those still unanswered near the end get 503. Orchestrators' grace "
         "periods must be longer (docs/DEPLOY.md).",
     )
+    # Below what one decoding thread of a busy 2-core machine sustains (docs/BENCHMARKS.md), with a margin, so that
+    # the largest request the default allows ends in time.
+    decode_rate: float = Field(
+        2000,
+        gt=0,
+        description="Generated tokens per second (every beam hypothesis counted) one decoding thread sustains at "
+        "least. A request that may generate more than request_timeout_s × decode_rate tokens (texts × beam_size × "
+        "max_length) could never end in time and gets 413 at once. Raise it on faster machines (GPUs).",
+    )
+    small_request_share: float = Field(
+        0.125,
+        ge=0,
+        le=0.5,
+        description="Share of max_batch_size and max_batch_tokens kept for small requests (those whose texts fit "
+        "in it all together): large requests take turns in the rest, so a small request joins the batch at the "
+        "next step instead of waiting for a large one's rows to finish. 0 = no share kept (large requests still "
+        "take turns); more = shorter waits for small requests, less throughput for large ones.",
+    )
+    memory_budget_mb: int = Field(
+        512,
+        ge=16,
+        description="Memory that requests in flight may hold together (attention weights collected for /attention "
+        "and return_details; tokens and scores), from queueing until their answer is built. Requests beyond it "
+        "wait until their deadline, then get 503 + Retry-After; one that needs more than all of it gets 413.",
+    )
 
     max_chars: int = Field(5000, ge=1, description="Characters per text (413 beyond).")
     max_tokens: int = Field(256, ge=2, description="Source tokens per text, </s> included (413 beyond).")

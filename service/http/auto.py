@@ -17,7 +17,7 @@ class PairEngine(Protocol):
     """What auto-detection needs of an engine (service.engine.Engine, or a fake in the tests)."""
 
     async def translate(
-        self, texts: Sequence[str], options: Options, gone: Gone | None = None
+        self, texts: Sequence[str], options: Options, gone: Gone | None = None, arrival: float | None = None
     ) -> list[Translation]: ...
 
 
@@ -55,6 +55,7 @@ async def translate_auto(
     target: str,
     options: Options,
     gone: Gone | None = None,
+    arrival: float | None = None,
 ) -> tuple[list[Translation], list[Detection]]:
     """Translate texts whose language is detected; returns the translations and detections, in the texts' order.
 
@@ -67,9 +68,10 @@ async def translate_auto(
     for i, d in enumerate(detections):
         groups.setdefault(d.language, []).append(i)
     if len(groups) == 1:  # the usual case: one language, no task of its own
-        return list(await engines[(detections[0].language, target)].translate(texts, options, gone)), detections
+        engine = engines[(detections[0].language, target)]
+        return list(await engine.translate(texts, options, gone, arrival)), detections
     tasks = [
-        asyncio.ensure_future(engines[(lang, target)].translate([texts[i] for i in idx], options, gone))
+        asyncio.ensure_future(engines[(lang, target)].translate([texts[i] for i in idx], options, gone, arrival))
         for lang, idx in groups.items()
     ]
     try:

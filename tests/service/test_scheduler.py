@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from service.decoding import BatchDecoder, DecodeRequest
+from service.errors import TooLarge
 from service.scheduler import DeadlineExceeded, QueueFull, Scheduler, StepStats
 from tests.service.fake_runner import CountingRunner, expected
 
@@ -36,8 +37,9 @@ def test_continuous_batching_answers_each_caller() -> None:
 
 def test_token_budget_limits_the_batch() -> None:
     runner = CountingRunner()
-    scheduler = Scheduler(BatchDecoder(runner), max_batch_size=32, max_batch_tokens=20, max_wait_ms=1)  # type: ignore[arg-type]
-    srcs = [[2] + [3] * 8 + [0] for _ in range(8)]  # 10 tokens each: two rows fit
+    decoder = BatchDecoder(runner)  # type: ignore[arg-type]
+    scheduler = Scheduler(decoder, max_batch_size=32, max_batch_tokens=20, max_wait_ms=1, small_share=0)
+    srcs = [[2] + [3] * 8 + [0] for _ in range(8)]  # 10 tokens each: two rows fit (no share kept for small requests)
     asyncio.run(run(scheduler, [DecodeRequest(src=s, max_length=20) for s in srcs]))
     assert max(runner.step_rows) == 2
 
@@ -46,11 +48,16 @@ def test_queue_full_and_deadline() -> None:
     scheduler = Scheduler(BatchDecoder(CountingRunner()), queue_size=3)  # type: ignore[arg-type]
 
     async def go() -> list:
+        waiting = scheduler.submit_many([DecodeRequest(src=[2, 0])] * 2, 10)  # not started: they stay queued
+        with pytest.raises(QueueFull) as full:
+            scheduler.submit_many([DecodeRequest(src=[2, 0])] * 2, 10)
+        assert full.value.retry_after >= 1
+        with pytest.raises(TooLarge, match="queue_size=3") as never:  # could never be queued: refused, not retried
+            scheduler.submit_many([DecodeRequest(src=[2, 0])] * 4, 10)
+        assert (never.value.field, never.value.limit) == ("queue_size", 3)
         await scheduler.start()
         try:
-            with pytest.raises(QueueFull) as full:
-                scheduler.submit_many([DecodeRequest(src=[2, 0])] * 4, 10)
-            assert full.value.retry_after >= 1
+            await asyncio.gather(*waiting)
             return await asyncio.gather(
                 *scheduler.submit_many([DecodeRequest(src=[2, 0])], 0.0), return_exceptions=True
             )
@@ -195,3 +202,96 @@ def test_holes_wait_for_newcomers_until_nobody_joins() -> None:
     for _ in range(11):  # three finish at 12 tokens: 3 holes of 10, nobody joined for 11 steps (QUIET: 8)
         decoder.step()
     assert (len(batch.rows), decoder.num_rows) == (7, 7)
+
+
+def test_a_small_request_joins_at_once_while_large_ones_fill_the_batch() -> None:
+    """Large requests never fill the small share: a one-text request sent while they decode joins the batch at
+    the next step and is answered after about its own length, not after a large request's rows."""
+    runner = SlowRunner()
+    scheduler = Scheduler(BatchDecoder(runner), max_batch_size=8, max_wait_ms=0, small_share=0.25)  # type: ignore[arg-type]
+    long = [DecodeRequest(src=[2] + [3] * 40 + [0], max_length=64) for _ in range(24)]  # 41 steps each
+
+    async def go() -> tuple[int, int, list]:
+        await scheduler.start()
+        try:
+            large = scheduler.submit_many(long, 30)
+            while scheduler.active_sequences < 6:
+                await asyncio.sleep(0.001)
+            held = scheduler.active_sequences
+            before = len(runner.step_rows)
+            (small,) = scheduler.submit_many([DecodeRequest(src=[4, 3, 3, 0], max_length=8)], 30)
+            result = await small
+            steps = len(runner.step_rows) - before
+            assert result.hypotheses[0].tokens == expected([4, 3, 3, 0])
+            return held, steps, await asyncio.gather(*large)
+        finally:
+            await scheduler.stop()
+
+    held, steps, results = asyncio.run(go())
+    assert held == 6  # the large request keeps 8 × 0.25 rows free
+    assert steps <= 8  # its 4 tokens and a step or two to join; a large row takes 41
+    assert [r.hypotheses[0].tokens for r in results] == [expected(r.src) for r in long]
+
+
+def test_without_a_small_share_the_small_request_waits_for_a_row() -> None:
+    """The same flood with small_share=0: the batch is full of large rows, so the small request waits for one to
+    finish (the behaviour the share avoids)."""
+    runner = SlowRunner()
+    scheduler = Scheduler(BatchDecoder(runner), max_batch_size=8, max_wait_ms=0, small_share=0)  # type: ignore[arg-type]
+
+    async def go() -> int:
+        await scheduler.start()
+        try:
+            large = scheduler.submit_many([DecodeRequest(src=[2] + [3] * 40 + [0], max_length=64)] * 16, 30)
+            while scheduler.active_sequences < 8:
+                await asyncio.sleep(0.001)
+            before = len(runner.step_rows)
+            await scheduler.submit_many([DecodeRequest(src=[4, 3, 3, 0], max_length=8)], 30)[0]
+            steps = len(runner.step_rows) - before
+            await asyncio.gather(*large)
+            return steps
+        finally:
+            await scheduler.stop()
+
+    assert asyncio.run(go()) > 20
+
+
+def test_large_requests_take_turns() -> None:
+    """Two large requests sent one after the other: their texts join alternately, so the second one's first
+    answers come long before the first one's last (FIFO would answer all of the first one first)."""
+    scheduler = Scheduler(BatchDecoder(CountingRunner()), max_batch_size=2, max_wait_ms=0, small_share=0)  # type: ignore[arg-type]
+    order: list[str] = []
+
+    async def go() -> None:
+        for name in "AB":
+            futures = scheduler.submit_many([DecodeRequest(src=[5, 3, 3, 0], max_length=8)] * 6, 30)
+            for f in futures:
+                f.add_done_callback(lambda _, name=name: order.append(name))  # type: ignore[misc]
+        await scheduler.start()
+        try:
+            while len(order) < 12:
+                await asyncio.sleep(0.001)
+        finally:
+            await scheduler.stop()
+
+    asyncio.run(go())
+    assert order[:4].count("B") == 2 and order.count("A") == 6
+
+
+def test_the_deadline_counts_from_arrival() -> None:
+    """A request that arrived 2 s ago with a 1 s deadline is already late, however briefly it was queued."""
+    scheduler = Scheduler(BatchDecoder(SlowRunner()), max_wait_ms=0)  # type: ignore[arg-type]
+
+    async def go() -> list:
+        await scheduler.start()
+        try:
+            arrived = time.monotonic() - 2
+            late = scheduler.submit_many([DecodeRequest(src=[2, 3, 0])], 1.0, arrived)
+            fresh = scheduler.submit_many([DecodeRequest(src=[2, 3, 0])], 1.0)
+            return await asyncio.gather(*late, *fresh, return_exceptions=True)
+        finally:
+            await scheduler.stop()
+
+    late, fresh = asyncio.run(go())
+    assert isinstance(late, DeadlineExceeded)
+    assert fresh.hypotheses[0].tokens == expected([2, 3, 0])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import time
 from typing import Any
 
 import orjson
@@ -32,6 +33,7 @@ GZIP_LEVEL = 1  # the body is mostly digits or near-zero bytes: level 1 gets mos
 )
 async def attention(request: Request) -> Response:
     """Translate (or force-decode ``target_text``) one text and return every attention weight with its tokens."""
+    arrival = time.monotonic()  # the deadline counts from here
     state = state_of(request)
     body = await parse_body(request, AttentionRequest)
     state.admission.check(request, body.api_key, body.q)
@@ -44,7 +46,7 @@ async def attention(request: Request) -> Response:
     options = Options(beam_size=body.beam_size, max_length=body.max_length)
     check_options(state.settings, options)
     filters = Filters(body.kinds, body.layers, body.heads)
-    result = await engine.attention(body.q, options, filters, body.target_text, request.is_disconnected)
+    result = await engine.attention(body.q, options, filters, body.target_text, request.is_disconnected, arrival)
     gzipped = "gzip" in request.headers.get("accept-encoding", "")
     content = await asyncio.to_thread(render, result, body.encoding, gzipped)  # megabytes: off the event loop
     headers = {"Vary": "Accept-Encoding", **({"Content-Encoding": "gzip"} if gzipped else {})}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -31,6 +32,7 @@ router = APIRouter()
 )
 async def translate(request: Request) -> JSONResponse:
     """Translate a text or a list of texts (LibreTranslate-compatible)."""
+    arrival = time.monotonic()  # the deadline counts from here
     state = state_of(request)
     body = await parse_body(request, TranslateRequest)
     state.admission.check(request, body.api_key, body.q)
@@ -49,17 +51,19 @@ async def translate(request: Request) -> JSONResponse:
     check_options(state.settings, options)
     detected: list[Detection] | None = None
     if body.format == "html":
-        translations, detected = await translate_pages(request, body, texts, options)
+        translations, detected = await translate_pages(request, body, texts, options, arrival)
     elif engine is None:
         gone = request.is_disconnected
-        translations, detected = await translate_auto(state.engines, state.detector, texts, body.target, options, gone)
+        translations, detected = await translate_auto(
+            state.engines, state.detector, texts, body.target, options, gone, arrival
+        )
     else:
-        translations = await engine.translate(texts, options, request.is_disconnected)
+        translations = await engine.translate(texts, options, request.is_disconnected, arrival)
     return JSONResponse(answer(body, translations, detected))  # already TranslateResponse's: no second validation
 
 
 async def translate_pages(
-    request: Request, body: TranslateRequest, pages: list[str], options: Options
+    request: Request, body: TranslateRequest, pages: list[str], options: Options, arrival: float
 ) -> tuple[list[Translation], list[Detection] | None]:
     """``format: "html"``: each page's text units translated by its pair's engine (detected with ``auto``)."""
     state = state_of(request)
@@ -71,18 +75,19 @@ async def translate_pages(
     plain = replace(options, alternatives=0, details=False)
     translations = []
     for page, source in zip(pages, sources, strict=True):
-        units = html_translator(state.engine(source, body.target)[0], plain, state.settings.max_texts)
+        units = html_translator(state.engine(source, body.target)[0], plain, state.settings.max_texts, arrival)
         translations.append(Translation(await translate_html(page, units), [], None))
     return translations, detected
 
 
-def html_translator(engine: Engine, options: Options, size: int) -> Translate:
-    """An HTML text's units translated ``size`` at a time (a page holds more of them than one request may)."""
+def html_translator(engine: Engine, options: Options, size: int, arrival: float) -> Translate:
+    """An HTML text's units translated ``size`` at a time (a page holds more of them than one request may), all
+    within the request's deadline."""
 
     async def translate(texts: list[str]) -> list[str | None]:
         out: list[str | None] = []
         for i in range(0, len(texts), size):
-            out += [t.text for t in await engine.translate(texts[i : i + size], options)]
+            out += [t.text for t in await engine.translate(texts[i : i + size], options, arrival=arrival)]
         return out
 
     return translate

@@ -23,7 +23,9 @@ class FakeEngine:
         self.batches: list[list[str]] = []
         self.fail = fail
 
-    async def translate(self, texts: Sequence[str], options: Options, gone: Gone | None = None) -> list[Translation]:
+    async def translate(
+        self, texts: Sequence[str], options: Options, gone: Gone | None = None, arrival: float | None = None
+    ) -> list[Translation]:
         self.batches.append(list(texts))
         await asyncio.sleep(0)
         if self.fail:

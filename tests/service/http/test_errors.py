@@ -38,7 +38,7 @@ def test_queue_full_gives_503_with_retry_after(make_server: ServerFactory) -> No
 
 
 def test_missed_deadline_gives_504(make_server: ServerFactory) -> None:
-    server = make_server(request_timeout_s=0.001, max_wait_ms=20)
+    server = make_server(request_timeout_s=0.001, decode_rate=1e9, max_wait_ms=20)  # servable, but not in time
     with server.client() as c:
         r = c.post("/translate", json=OK)
     assert r.status_code == 504 and "deadline" in r.json()["error"]

@@ -73,6 +73,7 @@ async def alone(url: str, large: list[str]) -> tuple[float, int]:
             return time.perf_counter() - t0, r.status
 
 
+# long: parse, run, summarize, plot and write, in order
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bundle", type=Path, default=ROOT / "model" / "bundles" / "en-ja")

@@ -142,6 +142,7 @@ def plot(summaries: list[dict[str, float]], window: float, path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+# long: parse, run, summarize, plot and write, in order
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bundle", type=Path, default=ROOT / "model" / "bundles" / "en-ja")

@@ -240,6 +240,7 @@ def pct(a: float, b: float) -> str:
     return f"{100 * (a / b - 1):+.1f} %"
 
 
+# long: the section's text, one part after another
 def write(dev, test, choice, best, table, speeds, costs, n_plain) -> None:
     base, checked, split, spans_base, spans_speed = speeds
     cols = ["kept format", "kept tags/entities", "kept other", "placement", "chrF"]

@@ -142,10 +142,16 @@ def create_app(
 
     errors.install(app, metrics)
     app.state.shutdown = shutdown
+    add_middleware(app, s, shutdown, metrics)
+    return app
+
+
+def add_middleware(app: FastAPI, s: Settings, shutdown: Shutdown, metrics: Callable[[], Metrics | None]) -> None:
+    """The middleware stack, innermost first: body limit, drain, body deadline, CORS, request metrics (outermost,
+    so that it counts every answer, refusals included)."""
     app.add_middleware(BodyLimit, limit=s.max_body_bytes)
     app.add_middleware(Drain, shutdown=shutdown)
     app.add_middleware(BodyDeadline, seconds=s.body_timeout_s, metrics=metrics)
     if s.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=s.cors_origins, allow_methods=["*"], allow_headers=["*"])
     app.add_middleware(RequestMetrics, metrics=metrics)
-    return app

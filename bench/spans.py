@@ -107,25 +107,11 @@ def scores(data, hyps: list[str]) -> dict[str, float]:
     for (source, reference, masked, _), hyp in zip(data, hyps, strict=True):
         spans = find_spans(source)
         for span in spans:
-            cls = (
-                "format"
-                if span.kind in FORMAT_KINDS
-                else "tags/entities"
-                if span.kind in ("tag", "entity")
-                else "other"
-            )
-            total[cls] += 1
+            total[kind_class(span.kind)] += 1
         lacks = kept(hyp, [s.output for s in spans])
         for span in spans:
-            cls = (
-                "format"
-                if span.kind in FORMAT_KINDS
-                else "tags/entities"
-                if span.kind in ("tag", "entity")
-                else "other"
-            )
             if lacks[span.output] > 0:
-                missing[cls] += 1
+                missing[kind_class(span.kind)] += 1
                 lacks[span.output] -= 1
         b, g = placed(hyp, reference, masked.outputs)
         both, good = both + b, good + g

@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager, suppress
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
+from fastapi.telemetry import TelemetryConfig
 
 from service import startup
 from service.bundle import Bundle
@@ -26,6 +27,8 @@ from service.metrics import Metrics
 from service.settings import Settings
 
 log = logging.getLogger("attnserve")
+# FastAPI's OpenTelemetry hooks look for a provider on every request; the service's metrics are Prometheus's.
+NO_TELEMETRY: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False}
 
 
 class JsonFormatter(logging.Formatter):
@@ -132,6 +135,7 @@ def create_app(
         lifespan=lifespan,
         docs_url=None,  # service/http/routes/docs.py serves /docs and /redoc with their own assets
         redoc_url=None,
+        telemetry=NO_TELEMETRY,
     )
     for router in ROUTERS:
         app.include_router(router)

@@ -7,20 +7,19 @@ from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
 
 from service.detect import Detection
 from service.engine import Details, Engine, Options, Translation
 from service.formats.base import Translate
 from service.formats.html import translate_html
 from service.http.auto import detect_sources, translate_auto
-from service.http.body import parse_body
+from service.http.lean import LeanRoute, OrjsonResponse, json_body
 from service.http.limits import check_options, check_texts
 from service.http.openapi import ERRORS, request_body
 from service.http.schemas import TranslateRequest, TranslateResponse
 from service.http.state import state_of
 
-router = APIRouter()
+router = APIRouter(route_class=LeanRoute)  # the endpoint takes the Request and answers itself
 
 
 @router.post(
@@ -30,11 +29,11 @@ router = APIRouter()
     responses=ERRORS,
     openapi_extra=request_body("TranslateRequest", "application/json", "application/x-www-form-urlencoded"),
 )
-async def translate(request: Request) -> JSONResponse:
+async def translate(request: Request) -> OrjsonResponse:
     """Translate a text or a list of texts (LibreTranslate-compatible)."""
     arrival = time.monotonic()  # the deadline counts from here
     state = state_of(request)
-    body = await parse_body(request, TranslateRequest)
+    body = await json_body(request, TranslateRequest)
     state.admission.check(request, body.api_key, body.q)
     engine = None if body.source == "auto" else state.engine(body.source, body.target)[0]  # auto: per text, below
     texts = [body.q] if isinstance(body.q, str) else body.q
@@ -59,7 +58,7 @@ async def translate(request: Request) -> JSONResponse:
         )
     else:
         translations = await engine.translate(texts, options, request.is_disconnected, arrival)
-    return JSONResponse(answer(body, translations, detected))  # already TranslateResponse's: no second validation
+    return OrjsonResponse(answer(body, translations, detected))  # already TranslateResponse's: no second validation
 
 
 async def translate_pages(

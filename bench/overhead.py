@@ -1,0 +1,310 @@
+"""The serving overhead: ``attnserve serve`` over HTTP on one core against CTranslate2 called directly on that core.
+
+The server runs pinned to core 0 (``taskset -c 0``, one decoding thread of one ONNX Runtime thread), this process
+(the load generator: 32 closed-loop aiohttp clients, each sending one sentence per request) pinned to core 1.
+CTranslate2 runs ``Translator.translate_batch`` in batches of 32 sorted by length on core 0, on the same weights
+(``attnserve export-marian`` → ``ct2-transformers-converter``, bench/engines.py's :func:`~engines.prepare`), in a
+subprocess of bench/peers.py (``--engine``). 300 test sentences, greedy, default settings, float32 and int8; the
+clients walk the sentences in turn, so every sentence is answered once in the first 300 requests and repeats after.
+
+Each round runs, in turn: CTranslate2 float32, attnserve float32, CTranslate2 int8, attnserve int8, attnserve
+float32 with ``max_batch_size`` 1 (the batching gain), and with ``--cache`` attnserve float32 with its response
+cache on. Ratios are those of each round, median of ``--rounds``. attnserve's float32 answers are compared with
+CTranslate2's detokenized outputs (identical expected). ``--profile NAME`` adds a py-spy profile of the float32
+server under the same load and writes it to its own section (``overhead-profile-NAME``).
+
+    python bench/overhead.py
+    python bench/overhead.py --profile after --cache
+    python bench/overhead.py --sentences 40 --seconds 2 --rounds 1 --no-write
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from common import CORPUS, DOCS, PEERS, ROOT, Server, free_port, machine, pairs, versions, write_section
+from engines import SERVICE_MAX_LENGTH, prepare
+from profile_table import profile_section, record_profile
+
+SERVER_CORE, CLIENT_CORE = "0", "1"
+ONE_THREAD = {"ATTNSERVE_DECODE_THREADS": "1", "ATTNSERVE_THREADS": "1", "OMP_NUM_THREADS": "1"}
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bundle", type=Path, default=ROOT / "model" / "bundles" / "en-ja")
+    ap.add_argument("--texts", type=Path, default=CORPUS, help="TSV: source, reference (default: the test split)")
+    ap.add_argument("--sentences", type=int, default=300, help="test sentences (a deterministic sample)")
+    ap.add_argument("--clients", type=int, default=32, help="closed-loop clients")
+    ap.add_argument("--seconds", type=float, default=10, help="seconds of load per server run")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median)")
+    ap.add_argument("--cache", action="store_true", help="also attnserve float32 with the response cache on")
+    ap.add_argument("--profile", metavar="NAME", help="profile the float32 server (py-spy) into its own section")
+    ap.add_argument("--work", type=Path, default=None, help="keep conversions here (default: a temporary directory)")
+    ap.add_argument("--out", type=Path, default=DOCS, help="BENCHMARKS.md goes here (default docs/)")
+    ap.add_argument("--no-write", action="store_true", help="print only")
+    return ap.parse_args(argv)
+
+
+@dataclass
+class Run:
+    """One kind of run across the rounds: sentences/s of each round, and the texts it gave."""
+
+    label: str
+    rates: list[float] = field(default_factory=list)
+    p50: list[float] = field(default_factory=list)
+    outputs: dict[int, str] = field(default_factory=dict)  # sentence index -> translation (first answer)
+
+    @property
+    def rate(self) -> float:
+        return statistics.median(self.rates)
+
+
+def pinned(core: str, command: list[str]) -> list[str]:
+    return ["taskset", "-c", core, *command]
+
+
+def ctranslate2_run(work: Path, compute: str) -> tuple[float, list[list[int]]]:
+    """One pass of CTranslate2 over the sentences on the server's core: (sentences/s, token ids)."""
+    command = [sys.executable, str(PEERS), "--engine", "ctranslate2", "--compute", compute]
+    command += ["--beam", "1", "--threads", "1", "--work", str(work)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(pinned(SERVER_CORE, command), capture_output=True, text=True, env=env, cwd=ROOT)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"CTranslate2 {compute} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    result = json.loads(lines[-1][len("RESULT ") :])
+    return len(result["tokens"]) / result["seconds"], result["tokens"]
+
+
+def attnserve_server(bundle: Path, env: dict[str, str]) -> Server:
+    """``attnserve serve`` pinned to the server's core."""
+    port = free_port()
+    attnserve = str(Path(sys.executable).with_name("attnserve"))
+    command = pinned(SERVER_CORE, [attnserve, "serve", "--bundle", str(bundle), "--port", str(port)])
+    return Server(command, port, {"ATTNSERVE_LOG_LEVEL": "warning", **ONE_THREAD, **env})
+
+
+async def closed_loop(
+    url: str, bodies: list[dict[str, Any]], clients: int, seconds: float
+) -> tuple[float, float, dict[int, str]]:
+    """``clients`` loops, each sending the next sentence in turn and waiting for its answer, for ``seconds``:
+    (answers/s, median latency in s, the first translation of each sentence)."""
+    import aiohttp
+
+    outputs: dict[int, str] = {}
+    latencies: list[float] = []
+    errors: list[int] = []
+    turn = 0
+    stop = time.perf_counter() + seconds
+
+    async def client(http: aiohttp.ClientSession) -> None:
+        nonlocal turn
+        while time.perf_counter() < stop:
+            i, turn = turn % len(bodies), turn + 1
+            t0 = time.perf_counter()
+            try:
+                async with http.post("/translate", json=bodies[i]) as r:
+                    answer = await r.json()
+                    r.raise_for_status()
+            except aiohttp.ServerDisconnectedError:  # a kept-alive connection closed as it was reused
+                errors.append(i)
+                continue
+            latencies.append(time.perf_counter() - t0)
+            outputs.setdefault(i, answer["translatedText"])
+
+    timeout = aiohttp.ClientTimeout(total=120)
+    connector = aiohttp.TCPConnector(limit=clients)
+    async with aiohttp.ClientSession(url, timeout=timeout, connector=connector) as http:
+        t0 = time.perf_counter()
+        await asyncio.gather(*(client(http) for _ in range(clients)))
+        elapsed = time.perf_counter() - t0
+    if len(errors) > len(latencies) // 100:
+        raise RuntimeError(f"{len(errors)} requests of {len(errors) + len(latencies)} found the connection closed")
+    return len(latencies) / elapsed, statistics.median(latencies), outputs
+
+
+def serve_and_load(
+    bundle: Path, env: dict[str, str], bodies: list[dict[str, Any]], args: argparse.Namespace, run: Run
+) -> None:
+    """Start a server, warm it up with one pass over the sentences, load it for ``--seconds``; into ``run``."""
+    with attnserve_server(bundle, env) as server:
+        asyncio.run(closed_loop(server.url, bodies, args.clients, min(2.0, args.seconds)))
+        rate, p50, outputs = asyncio.run(closed_loop(server.url, bodies, args.clients, args.seconds))
+    run.rates.append(rate)
+    run.p50.append(p50)
+    if not run.outputs:
+        run.outputs = outputs
+    print(f"  {run.label}: {rate:.1f}/s, p50 {p50 * 1000:.0f} ms", flush=True)
+
+
+def rounds(args: argparse.Namespace, bundle: Path, work: Path, bodies: list[dict[str, Any]]) -> dict[str, Run]:
+    """Every run of every round, interleaved."""
+    int8 = {"ATTNSERVE_GRAPH_VARIANT": "int8"}
+    servers: list[tuple[str, dict[str, str]]] = [("attnserve float32", {}), ("attnserve int8", int8)]
+    servers.append(("attnserve float32, max_batch_size 1", {"ATTNSERVE_MAX_BATCH_SIZE": "1"}))
+    if args.cache:
+        servers.append(("attnserve float32, cache on", {"ATTNSERVE_CACHE_ENTRIES": "4096"}))
+    runs = {name: Run(name) for name in ["CTranslate2 float32", "CTranslate2 int8", *(s for s, _ in servers)]}
+    ct2_tokens: list[list[int]] = []
+    for r in range(args.rounds):
+        print(f"round {r + 1}/{args.rounds} (load average {os.getloadavg()[0]:.2f})", flush=True)
+        for compute in ("float32", "int8"):
+            rate, tokens = ctranslate2_run(work, compute)
+            runs[f"CTranslate2 {compute}"].rates.append(rate)
+            ct2_tokens = ct2_tokens or tokens
+            print(f"  CTranslate2 {compute}: {rate:.1f}/s", flush=True)
+            name, env = servers[0 if compute == "float32" else 1]
+            serve_and_load(bundle, env, bodies, args, runs[name])
+        for name, env in servers[2:]:
+            serve_and_load(bundle, env, bodies, args, runs[name])
+    runs["CTranslate2 float32"].outputs = dict(enumerate(detokenize(bundle, ct2_tokens)))
+    return runs
+
+
+def detokenize(bundle_dir: Path, tokens: list[list[int]]) -> list[str]:
+    from service.bundle import load_bundle
+
+    tokenizer = load_bundle(bundle_dir, verify=False).tokenizer
+    return [tokenizer.decode(t) for t in tokens]
+
+
+def plain_texts(bundle_dir: Path, sentences: list[str]) -> list[bool]:
+    """Which sentences the service decodes as they are; the others have spans (placeholders, markup) that it masks
+    and places by attention (service/text/), so their answers are not the raw model's."""
+    from service.bundle import load_bundle
+    from service.settings import Settings
+    from service.text.pipeline import TextPipeline
+
+    bundle = load_bundle(bundle_dir, verify=False)
+    split = Settings(_env_file=None).sentence_split_chars  # type: ignore[call-arg]
+    pipeline = TextPipeline(bundle.tokenizer, bundle.source_lang, split)
+    return [pipeline.plain(s) for s in sentences]
+
+
+def identity(runs: dict[str, Run], plain: list[bool]) -> str:
+    """How many of attnserve's answers are CTranslate2's on the texts without spans, float32 and int8 (int8's
+    graphs differ from CTranslate2's int8: not expected there)."""
+    ct2 = runs["CTranslate2 float32"].outputs
+    kept = [i for i, p in enumerate(plain) if p]
+    spans = len(plain) - len(kept)
+    lines = [f"- {spans} of the {len(plain)} texts have spans (placeholders): the service masks them and decodes them "
+             "with attention (service/text/), so they are left out of the comparison"]  # fmt: skip
+    for name in ("attnserve float32", "attnserve int8"):
+        got = runs[name].outputs
+        same = sum(got.get(i) == ct2[i] for i in kept)
+        lines.append(f"- {name} answers identical to CTranslate2 float32's: {same}/{len(kept)}")
+    return "\n".join(lines)
+
+
+def table(runs: dict[str, Run]) -> str:
+    """Each run's median rate, its rounds, and the ratios that the issue asks for."""
+    rows = ["| run | sentences/s (median) | rounds | p50 ms |", "|---|---|---|---|"]
+    for run in runs.values():
+        p50 = f"{statistics.median(run.p50) * 1000:.0f}" if run.p50 else "—"
+        rounds_ = ", ".join(f"{x:.1f}" for x in run.rates)
+        rows.append(f"| {run.label} | {run.rate:.1f} | {rounds_} | {p50} |")
+    return "\n".join(rows)
+
+
+def ratio(runs: dict[str, Run], a: str, b: str) -> tuple[float, list[float]]:
+    """Median over rounds of run ``a``'s rate over run ``b``'s in the same round, and each round's."""
+    each = [x / y for x, y in zip(runs[a].rates, runs[b].rates, strict=True)]
+    return statistics.median(each), each
+
+
+def ratios(runs: dict[str, Run]) -> str:
+    pairs_ = [
+        ("attnserve float32 over HTTP / CTranslate2 float32", "attnserve float32", "CTranslate2 float32"),
+        ("attnserve int8 over HTTP / CTranslate2 int8", "attnserve int8", "CTranslate2 int8"),
+        ("batching gain (max_batch_size 32 / 1)", "attnserve float32", "attnserve float32, max_batch_size 1"),
+    ]
+    if "attnserve float32, cache on" in runs:
+        pairs_.append(("cache on: attnserve float32 / CTranslate2 float32", "attnserve float32, cache on",
+                       "CTranslate2 float32"))  # fmt: skip
+    lines = []
+    for label, a, b in pairs_:
+        median, each = ratio(runs, a, b)
+        lines.append(f"- {label}: **{median:.2f}×** (rounds {', '.join(f'{x:.2f}' for x in each)})")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Setup:
+    bundle: Path  # the bundle with float32 and int8 graphs
+    work: Path
+    sentences: list[str]
+    bodies: list[dict[str, Any]]
+
+
+def set_up(args: argparse.Namespace) -> Setup:
+    """The converted weights and the sentences under the service's token limit (setup.json for the engines)."""
+    from service.bundle import load_bundle
+
+    work = args.work or Path(tempfile.mkdtemp(prefix="overhead-"))
+    prepared = prepare(args.bundle, work)
+    bundle = load_bundle(prepared.bundle, verify=False)
+    limit = min(SERVICE_MAX_LENGTH, bundle.spec.max_positions)
+    chosen = [(s, bundle.tokenizer.encode_source(s)) for s, _ in pairs(args.texts, args.sentences) if s.strip()]
+    kept = [(s, ids) for s, ids in chosen if len(ids) <= limit]
+    setup = {"bundle": str(prepared.bundle), "hf": str(prepared.hf), "ct2": str(prepared.ct2)}
+    setup |= {"sources": [ids for _, ids in kept], "max_length": limit}
+    (work / "setup.json").write_text(json.dumps(setup))
+    pair = {"source": bundle.source_lang, "target": bundle.target_lang}
+    return Setup(prepared.bundle, work, [s for s, _ in kept], [{"q": s, **pair} for s, _ in kept])
+
+
+def section(args: argparse.Namespace, command: str, setup: Setup, runs: dict[str, Run], load: list[float]) -> str:
+    return f"""## Serving overhead: HTTP on one core against CTranslate2 called directly (bench/overhead.py)
+
+`{command}` — {machine()}; {versions("onnxruntime", "ctranslate2", "uvicorn", "fastapi")}. Server and CTranslate2
+pinned to core {SERVER_CORE}, the load generator to core {CLIENT_CORE}; {args.clients} closed-loop clients, one
+sentence a request; {len(setup.sentences)} test sentences, greedy, default settings; {args.seconds:g} s of load a
+server run after a warm-up; median of {args.rounds} interleaved rounds. Load average (1 min) {load[0]:.2f} before,
+{load[1]:.2f} after: other work on the machine's cores makes single figures noisy, the ratios less so.
+
+{table(runs)}
+
+{ratios(runs)}
+{identity(runs, plain_texts(setup.bundle, setup.sentences))}
+"""
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    os.sched_setaffinity(0, {int(CLIENT_CORE)})  # the load generator; servers and CTranslate2 run on SERVER_CORE
+    setup = set_up(args)
+    before = os.getloadavg()[0]
+    runs = rounds(args, setup.bundle, setup.work, setup.bodies)
+    words = argv if argv is not None else sys.argv[1:]
+    command = "python bench/overhead.py " + " ".join(shlex.quote(a) for a in words)
+    body = section(args, command, setup, runs, [before, os.getloadavg()[0]])
+    print("\n" + body, flush=True)
+    if args.profile:
+        with attnserve_server(setup.bundle, {}) as server:
+            load = partial(closed_loop, server.url, setup.bodies, args.clients, args.seconds)
+            profile = profile_section(record_profile(server, lambda: asyncio.run(load())), args.profile, command)
+        print(profile, flush=True)
+    if not args.no_write:
+        write_section("overhead", body, args.out / "BENCHMARKS.md")
+        if args.profile:
+            write_section(f"overhead-profile-{args.profile}", profile, args.out / "BENCHMARKS.md")
+        print(f"wrote {args.out / 'BENCHMARKS.md'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,171 @@
+"""A py-spy profile of a server under load, and its top entries as Markdown tables (bench/overhead.py).
+
+py-spy (``pip install py-spy``) attaches to the server's process, samples every thread's Python and native stack
+(``--native --threads``, raw collapsed stacks) while the load runs, and stops on SIGINT. Samples of a thread that
+waits (for work, for the socket, for a lock it has not got) are left out: they cost no CPU. Native frames without
+a symbol (libc's, mostly) are named by their library.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from common import Server
+
+WAITING = (  # frames under which a thread sleeps, not runs
+    "Event.wait ",
+    "Condition.wait ",
+    "select ",
+    "epoll_wait",
+    "uv__io_poll",
+    "take_gil",
+    "clock_nanosleep",
+    "PyThread_acquire_lock_timed",
+    "do_futex_wait",
+    "__futex_abstimed_wait",
+)
+LINE = re.compile(r":\d+\)")
+ADDRESS = re.compile(r"^0x[0-9a-f]+ ")  # a native frame without a symbol: its library stands for it
+PARTS = (  # (part, frame marker): a sample belongs to the part of the frame nearest its leaf that has a marker
+    ("ONNX Runtime", "onnxruntime"),
+    ("attention kernels (service/_attention.c)", "_attention.c"),
+    ("tokenizer (encode, decode)", "Tokenizer."),
+    ("answers handed to the event loop", "_settle"),
+    ("queueing and waiting (submit, futures, deadline)", "Engine._wait"),
+    ("body parsing and validation", "json_body"),
+    ("body parsing and validation", "parse_body"),
+    ("decoding loop (search, batch, caches)", "service/decoding/"),
+    ("decoding loop (runner)", "service/runner.py"),
+    ("scheduler (queueing, batching loop)", "service/scheduler.py"),
+    ("engine, other (checks, spans, budget)", "service/engine.py"),
+    ("engine, other (checks, spans, budget)", "service/text/"),
+    ("engine, other (checks, spans, budget)", "service/budget.py"),
+    ("route, other (admission, answer, response)", "service/http/routes/"),
+    ("route, other (admission, answer, response)", "service/http/lean.py"),
+    ("route, other (admission, answer, response)", "service/http/ratelimit.py"),
+    ("metrics (prometheus_client)", "prometheus_client"),
+    ("attnserve middleware (limits, drain, deadlines, metrics)", "service/http/"),
+    ("FastAPI and Starlette (routing, middleware, responses)", "fastapi/"),
+    ("FastAPI and Starlette (routing, middleware, responses)", "starlette/"),
+    ("uvicorn and httptools (HTTP protocol)", "uvicorn/"),
+    ("uvicorn and httptools (HTTP protocol)", "httptools"),
+    ("asyncio and uvloop (event loop)", "asyncio/"),
+    ("asyncio and uvloop (event loop)", "loop.c"),
+)
+OURS = ("service/", "starlette/", "fastapi/", "uvicorn/", "pydantic", "anyio/", "json", "msgspec")  # inclusive rows
+
+
+@dataclass(frozen=True)
+class Profile:
+    stacks: Counter[tuple[str, ...]]  # frames root first (thread name first), line numbers dropped -> samples
+    waiting: int  # samples left out
+
+    @property
+    def samples(self) -> int:
+        return sum(self.stacks.values())
+
+
+def record_profile(server: Server, load: Callable[[], object], rate: int = 100) -> Profile:
+    """Run ``load()`` with py-spy sampling ``server``'s process (py-spy runs on the load generator's core)."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    out = Path(tempfile.mkdtemp(prefix="profile-")) / "profile.txt"
+    command = [spy, "record", "--pid", str(server.process.pid), "--native", "--threads", "--rate", str(rate)]
+    command += ["--format", "raw", "--output", str(out)]
+    spying = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    time.sleep(1.0)  # attached before the load starts
+    try:
+        load()
+    finally:
+        spying.send_signal(signal.SIGINT)
+        _, err = spying.communicate(timeout=60)
+    if not out.exists():
+        raise RuntimeError(f"py-spy wrote no profile:\n{err.decode()[-2000:]}")
+    return parse(out.read_text())
+
+
+def parse(raw: str) -> Profile:
+    """py-spy's raw format: one ``frame;frame;... count`` line per distinct stack."""
+    stacks: Counter[tuple[str, ...]] = Counter()
+    waiting = 0
+    for line in raw.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        if any(w in stack for w in WAITING):
+            waiting += int(count)
+            continue
+        frames = tuple(ADDRESS.sub("", LINE.sub(")", f)) for f in stack.split(";"))
+        stacks[frames] += int(count)
+    return Profile(stacks, waiting)
+
+
+def thread_name(frame: str) -> str:
+    """``thread (123): attnserve-decode`` -> ``attnserve-decode``; the main thread (the event loop) otherwise."""
+    name = frame.partition(": ")[2]
+    return name or frame
+
+
+def top(profile: Profile, inclusive: bool, n: int = 15) -> list[tuple[str, int]]:
+    """The ``n`` frames with the most samples: where the stacks end (self), or anywhere in them (inclusive)."""
+    counts: Counter[str] = Counter()
+    for stack, k in profile.stacks.items():
+        frames = stack[1:] or stack
+        if inclusive:
+            for frame in set(frames):
+                if any(o in frame for o in OURS):
+                    counts[frame] += k
+        else:
+            counts[frames[-1]] += k
+    return counts.most_common(n)
+
+
+def part(stack: tuple[str, ...]) -> str:
+    """The part of the server a sample is in (:data:`PARTS`), by the frame nearest its leaf that has a marker."""
+    for frame in reversed(stack):
+        for name, marker in PARTS:
+            if marker in frame:
+                return name
+    return "other (interpreter, libc)"
+
+
+def parts_table(profile: Profile) -> list[str]:
+    """Per thread, the share of all running samples that each part took."""
+    total = profile.samples or 1
+    counts: Counter[tuple[str, str]] = Counter()
+    for stack, k in profile.stacks.items():
+        counts[(thread_name(stack[0]), part(stack))] += k
+    rows = ["| thread | part | share |", "|---|---|---|"]
+    ordered = sorted(counts.items(), key=lambda x: (x[0][0], -x[1]))
+    rows += [f"| {t} | {p} | {k / total:.1%} |" for (t, p), k in ordered]
+    return rows
+
+
+def profile_section(profile: Profile, name: str, command: str) -> str:
+    """The profile's threads, top self and top inclusive frames, as a section of docs/BENCHMARKS.md."""
+    total = profile.samples or 1
+    threads: Counter[str] = Counter()
+    for stack, k in profile.stacks.items():
+        threads[thread_name(stack[0])] += k
+    lines = [
+        f"### Profile of the float32 server under that load: {name} (bench/overhead.py --profile)",
+        "",
+        f"`{command}` — py-spy 100 Hz, `--native --threads`; {profile.samples} running samples "
+        f"({profile.waiting} waiting left out). Shares of the running samples.",
+        "",
+        "| thread | share |",
+        "|---|---|",
+        *(f"| {t} | {k / total:.1%} |" for t, k in threads.most_common()),
+    ]
+    lines += ["", *parts_table(profile), "", "| top frames, self (where the stack ends) | share |", "|---|---|"]
+    lines += [f"| `{f}` | {k / total:.1%} |" for f, k in top(profile, False)]
+    return "\n".join(lines) + "\n"

@@ -158,7 +158,7 @@ def rounds(args: argparse.Namespace, bundle: Path, work: Path, bodies: list[dict
     servers: list[tuple[str, dict[str, str]]] = [("attnserve float32", {}), ("attnserve int8", int8)]
     servers.append(("attnserve float32, max_batch_size 1", {"ATTNSERVE_MAX_BATCH_SIZE": "1"}))
     if args.cache:
-        servers.append(("attnserve float32, cache on", {"ATTNSERVE_CACHE_ENTRIES": "4096"}))
+        servers.append(("attnserve float32, cache on", {"ATTNSERVE_CACHE_MB": "16"}))
     runs = {name: Run(name) for name in ["CTranslate2 float32", "CTranslate2 int8", *(s for s, _ in servers)]}
     ct2_tokens: list[list[int]] = []
     for r in range(args.rounds):

@@ -65,7 +65,9 @@ async def start(state: State, bundles: list[Bundle], on_fatal: Callable[[str], N
             engines.append(Engine(bundle, settings, runners))
         for e in engines:
             metrics.model_info.labels(e.bundle.name, *e.pair, e.provider).set(1)
-            await e.start(on_step=metrics.observe_step, on_input=metrics.input_tokens.inc)
+            await e.start(
+                on_step=metrics.observe_step, on_input=metrics.input_tokens.inc, on_cache=metrics.observe_cache
+            )
         state.engines = {e.pair: e for e in engines}
         metrics.track(
             lambda: sum(e.queue_depth for e in engines),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -21,6 +21,7 @@ import numpy.typing as npt
 from service.admission import check_servable
 from service.budget import Budget, MiB, answer_bytes, request_bytes
 from service.bundle import Bundle, load_bundle, unencodable
+from service.cache import LruCache, through_cache
 from service.decoding import BatchDecoder, DecodeRequest, DecodeResult, Hypothesis, StepRunner, decode
 from service.errors import ClientGone, InvalidText, NoSuchIndex, TooLarge
 from service.runner import CPU, Runner, trim_memory
@@ -193,8 +194,18 @@ def join_details(parts: list[Details]) -> Details | None:
     )
 
 
-def _ignore(_: int) -> None:
+def _ignore(*_: int) -> None:
     pass
+
+
+def translation_strings(t: Translation) -> list[str]:
+    return [t.text, *t.alternatives]
+
+
+def cache_key(options: Options) -> Hashable:
+    """What of a request's options its translations depend on (``details`` answers are not cached)."""
+    glossary = tuple(sorted(options.glossary.items())) if options.glossary else None
+    return (options.beam_size, options.max_length, options.alternatives, options.length_penalty, glossary, options.keep)
 
 
 class Engine:
@@ -215,6 +226,9 @@ class Engine:
         # What requests in flight hold (service/budget.py); the heap goes back to the system once none is left.
         self.budget = Budget(settings.memory_budget_mb * MiB, on_idle=trim_memory)
         self._on_input: Callable[[int], object] = _ignore
+        self._on_cache: Callable[[int, int], object] = _ignore
+        # Translations of texts already translated with the same options (service/cache.py); None: off.
+        self.cache = LruCache[Translation](settings.cache_mb * MiB) if settings.cache_mb else None
         glossary = read_glossary(settings.glossary_dir, bundle.source_lang, bundle.target_lang)
         self.text = TextPipeline(self.tokenizer, bundle.source_lang, settings.sentence_split_chars, glossary)
 
@@ -239,12 +253,16 @@ class Engine:
         return self.runners.exact.provider
 
     async def start(
-        self, on_step: Callable[[StepStats], None] | None = None, on_input: Callable[[int], object] = _ignore
+        self,
+        on_step: Callable[[StepStats], None] | None = None,
+        on_input: Callable[[int], object] = _ignore,
+        on_cache: Callable[[int, int], object] = _ignore,
     ) -> None:
         """Start the schedulers; ``on_step`` gets each step's stats (on a decoding thread), ``on_input`` each
-        served request's source tokens once they are accepted."""
+        served request's source tokens once they are accepted, ``on_cache`` each cached request's texts found in
+        the cache and not."""
         s = self.settings
-        self._on_input = on_input
+        self._on_input, self._on_cache = on_input, on_cache
         for name, runner in (("exact", self.runners.exact), ("fast", self.runners.fast)):
             if name == "fast" and runner is self.runners.exact:  # one runner, one set of schedulers
                 self.schedulers["fast"] = self.schedulers["exact"]
@@ -299,6 +317,27 @@ class Engine:
             DeadlineExceeded: ``request_timeout_s`` passed first.
             ClientGone: ``gone()`` said the caller went away; the texts' rows were freed.
         """
+        if self.cache is not None and not options.details:
+            return await self._cached(texts, options, gone, arrival)
+        return await self._translate(texts, options, gone, arrival)
+
+    async def _cached(
+        self, texts: Sequence[str], options: Options, gone: Gone | None, arrival: float | None
+    ) -> list[Translation]:
+        """The texts the cache holds from it, the others through :meth:`_translate` (and into the cache)."""
+        assert self.cache is not None
+
+        def translate(missing: list[str]) -> Awaitable[list[Translation]]:
+            return self._translate(missing, options, gone, arrival)
+
+        out, missing = await through_cache(self.cache, texts, cache_key(options), translate, translation_strings)
+        self._on_cache(len(texts) - missing, missing)
+        return out
+
+    async def _translate(
+        self, texts: Sequence[str], options: Options, gone: Gone | None, arrival: float | None
+    ) -> list[Translation]:
+        """:meth:`translate` without the cache."""
         self._check(texts)
         prepared = self.text.prepare(texts, options.glossary, options.keep)
         if prepared is None:

@@ -60,6 +60,10 @@ class Metrics:
         )
         self.queue_depth = Gauge(p + "queue_depth", "Texts waiting in the queue.", registry=r)
         self.active_sequences = Gauge(p + "active_sequences", "Rows being decoded.", registry=r)
+        self.cache_hits = Counter(p + "cache_hits_total", "/translate texts answered from the cache.", registry=r)
+        self.cache_misses = Counter(
+            p + "cache_misses_total", "/translate texts the cache did not hold (cache on).", registry=r
+        )
         self.rejected = Counter(p + "rejected_total", "Requests refused, by reason.", ["reason"], registry=r)
         self.model_info = Gauge(
             p + "model_info",
@@ -92,6 +96,13 @@ class Metrics:
         self.generated_tokens.inc(s.generated_tokens)
         for w in s.queue_waits:
             self.queue_wait.observe(w)
+
+    def observe_cache(self, hits: int, misses: int) -> None:
+        """One request's texts found in the response cache and not."""
+        if hits:
+            self.cache_hits.inc(hits)
+        if misses:
+            self.cache_misses.inc(misses)
 
     def reject(self, reason: str) -> None:
         self.rejected.labels(reason).inc()

@@ -112,6 +112,14 @@ class Settings(BaseSettings):
         "wait until their deadline, then get 503 + Retry-After; one that needs more than all of it gets 413.",
     )
 
+    cache_mb: int = Field(
+        0,
+        ge=0,
+        description="Memory for /translate's response cache: a text already translated with the same options is "
+        "answered from it, least recently used dropped first (per language pair; return_details answers are not "
+        "cached). 0 = off.",
+    )
+
     max_chars: int = Field(5000, ge=1, description="Characters per text (413 beyond).")
     max_tokens: int = Field(256, ge=2, description="Source tokens per text, </s> included (413 beyond).")
     max_texts: int = Field(64, ge=1, description="Texts in one /translate request (413 beyond).")

@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from service.detect import Detection
-from service.engine import Details, Engine, Options, Translation
+from service.engine import Details, Engine, Options, Translation, check_unicode
 from service.formats.base import Translate
 from service.formats.html import translate_html
 from service.http.auto import detect_sources, translate_auto
@@ -38,6 +38,8 @@ async def translate(request: Request) -> OrjsonResponse:
     engine = None if body.source == "auto" else state.engine(body.source, body.target)[0]  # auto: per text, below
     texts = [body.q] if isinstance(body.q, str) else body.q
     check_texts(state.settings, texts)
+    if engine is None:
+        check_unicode(texts)  # before language detection, which cannot read an unpaired surrogate
     options = Options(
         beam_size=body.beam_size or 1,
         max_length=body.max_length,

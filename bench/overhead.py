@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -68,6 +68,7 @@ class Run:
     rates: list[float] = field(default_factory=list)
     p50: list[float] = field(default_factory=list)
     outputs: dict[int, str] = field(default_factory=dict)  # sentence index -> translation (first answer)
+    tokens: list[list[int]] = field(default_factory=list)  # CTranslate2's, in sentence order
 
     @property
     def rate(self) -> float:
@@ -78,8 +79,8 @@ def pinned(core: str, command: list[str]) -> list[str]:
     return ["taskset", "-c", core, *command]
 
 
-def ctranslate2_run(work: Path, compute: str) -> tuple[float, list[list[int]]]:
-    """One pass of CTranslate2 over the sentences on the server's core: (sentences/s, token ids)."""
+def ctranslate2_run(work: Path, compute: str, run: Run) -> None:
+    """One pass of CTranslate2 over ``work``'s sentences on the server's core, into ``run``."""
     command = [sys.executable, str(PEERS), "--engine", "ctranslate2", "--compute", compute]
     command += ["--beam", "1", "--threads", "1", "--work", str(work)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -88,7 +89,9 @@ def ctranslate2_run(work: Path, compute: str) -> tuple[float, list[list[int]]]:
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"CTranslate2 {compute} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
     result = json.loads(lines[-1][len("RESULT ") :])
-    return len(result["tokens"]) / result["seconds"], result["tokens"]
+    run.rates.append(len(result["tokens"]) / result["seconds"])
+    run.tokens = run.tokens or result["tokens"]
+    print(f"  {run.label}: {run.rates[-1]:.1f}/s", flush=True)
 
 
 def attnserve_server(bundle: Path, env: dict[str, str]) -> Server:
@@ -152,27 +155,55 @@ def serve_and_load(
     print(f"  {run.label}: {rate:.1f}/s, p50 {p50 * 1000:.0f} ms", flush=True)
 
 
-def rounds(args: argparse.Namespace, bundle: Path, work: Path, bodies: list[dict[str, Any]]) -> dict[str, Run]:
-    """Every run of every round, interleaved."""
-    int8 = {"ATTNSERVE_GRAPH_VARIANT": "int8"}
-    servers: list[tuple[str, dict[str, str]]] = [("attnserve float32", {}), ("attnserve int8", int8)]
-    servers.append(("attnserve float32, max_batch_size 1", {"ATTNSERVE_MAX_BATCH_SIZE": "1"}))
+@dataclass(frozen=True)
+class Setup:
+    bundle: Path  # the bundle with float32 and int8 graphs
+    work: Path
+    sentences: list[str]
+    bodies: list[dict[str, Any]]
+    plain: list[bool]  # per sentence: no span (decoded as it is)
+
+
+PLAIN = "texts without spans"
+
+
+def plan(args: argparse.Namespace, setup: Setup) -> list[tuple[str, Callable[[Run], None]]]:
+    """One round's runs in order, each (name, what runs it): CTranslate2 just before the attnserve server it is
+    compared with; then the batching gain, the texts without spans (both engines) and, with ``--cache``, the cache."""
+
+    def ct2(compute: str, work: Path) -> Callable[[Run], None]:
+        return lambda run: ctranslate2_run(work, compute, run)
+
+    def server(env: dict[str, str], bodies: list[dict[str, Any]]) -> Callable[[Run], None]:
+        return lambda run: serve_and_load(setup.bundle, env, bodies, args, run)
+
+    plain = [b for b, p in zip(setup.bodies, setup.plain, strict=True) if p]
+    steps = [
+        ("CTranslate2 float32", ct2("float32", setup.work)),
+        ("attnserve float32", server({}, setup.bodies)),
+        ("CTranslate2 int8", ct2("int8", setup.work)),
+        ("attnserve int8", server({"ATTNSERVE_GRAPH_VARIANT": "int8"}, setup.bodies)),
+        ("attnserve float32, max_batch_size 1", server({"ATTNSERVE_MAX_BATCH_SIZE": "1"}, setup.bodies)),
+        (f"CTranslate2 float32, {PLAIN}", ct2("float32", setup.work / "plain")),
+        (f"attnserve float32, {PLAIN}", server({}, plain)),
+        (f"CTranslate2 int8, {PLAIN}", ct2("int8", setup.work / "plain")),
+        (f"attnserve int8, {PLAIN}", server({"ATTNSERVE_GRAPH_VARIANT": "int8"}, plain)),
+    ]
     if args.cache:
-        servers.append(("attnserve float32, cache on", {"ATTNSERVE_CACHE_MB": "16"}))
-    runs = {name: Run(name) for name in ["CTranslate2 float32", "CTranslate2 int8", *(s for s, _ in servers)]}
-    ct2_tokens: list[list[int]] = []
+        steps.append(("attnserve float32, cache on", server({"ATTNSERVE_CACHE_MB": "16"}, setup.bodies)))
+    return steps
+
+
+def rounds(args: argparse.Namespace, setup: Setup) -> dict[str, Run]:
+    """Every run of every round, interleaved; CTranslate2 float32's outputs detokenized for the comparison."""
+    steps = plan(args, setup)
+    runs = {name: Run(name) for name, _ in steps}
     for r in range(args.rounds):
         print(f"round {r + 1}/{args.rounds} (load average {os.getloadavg()[0]:.2f})", flush=True)
-        for compute in ("float32", "int8"):
-            rate, tokens = ctranslate2_run(work, compute)
-            runs[f"CTranslate2 {compute}"].rates.append(rate)
-            ct2_tokens = ct2_tokens or tokens
-            print(f"  CTranslate2 {compute}: {rate:.1f}/s", flush=True)
-            name, env = servers[0 if compute == "float32" else 1]
-            serve_and_load(bundle, env, bodies, args, runs[name])
-        for name, env in servers[2:]:
-            serve_and_load(bundle, env, bodies, args, runs[name])
-    runs["CTranslate2 float32"].outputs = dict(enumerate(detokenize(bundle, ct2_tokens)))
+        for name, start in steps:
+            start(runs[name])
+    ct2 = runs["CTranslate2 float32"]
+    ct2.outputs = dict(enumerate(detokenize(setup.bundle, ct2.tokens)))
     return runs
 
 
@@ -232,7 +263,10 @@ def ratios(runs: dict[str, Run]) -> str:
         ("attnserve float32 over HTTP / CTranslate2 float32", "attnserve float32", "CTranslate2 float32"),
         ("attnserve int8 over HTTP / CTranslate2 int8", "attnserve int8", "CTranslate2 int8"),
         ("batching gain (max_batch_size 32 / 1)", "attnserve float32", "attnserve float32, max_batch_size 1"),
-    ]
+        (f"{PLAIN}: attnserve float32 / CTranslate2 float32", f"attnserve float32, {PLAIN}",
+         f"CTranslate2 float32, {PLAIN}"),
+        (f"{PLAIN}: attnserve int8 / CTranslate2 int8", f"attnserve int8, {PLAIN}", f"CTranslate2 int8, {PLAIN}"),
+    ]  # fmt: skip
     if "attnserve float32, cache on" in runs:
         pairs_.append(("cache on: attnserve float32 / CTranslate2 float32", "attnserve float32, cache on",
                        "CTranslate2 float32"))  # fmt: skip
@@ -241,14 +275,6 @@ def ratios(runs: dict[str, Run]) -> str:
         median, each = ratio(runs, a, b)
         lines.append(f"- {label}: **{median:.2f}×** (rounds {', '.join(f'{x:.2f}' for x in each)})")
     return "\n".join(lines)
-
-
-@dataclass(frozen=True)
-class Setup:
-    bundle: Path  # the bundle with float32 and int8 graphs
-    work: Path
-    sentences: list[str]
-    bodies: list[dict[str, Any]]
 
 
 def set_up(args: argparse.Namespace) -> Setup:
@@ -264,8 +290,13 @@ def set_up(args: argparse.Namespace) -> Setup:
     setup = {"bundle": str(prepared.bundle), "hf": str(prepared.hf), "ct2": str(prepared.ct2)}
     setup |= {"sources": [ids for _, ids in kept], "max_length": limit}
     (work / "setup.json").write_text(json.dumps(setup))
+    sentences = [s for s, _ in kept]
+    plain = plain_texts(prepared.bundle, sentences)
+    (work / "plain").mkdir(exist_ok=True)  # CTranslate2 on the texts without spans
+    setup["sources"] = [ids for (_, ids), p in zip(kept, plain, strict=True) if p]
+    (work / "plain" / "setup.json").write_text(json.dumps(setup))
     pair = {"source": bundle.source_lang, "target": bundle.target_lang}
-    return Setup(prepared.bundle, work, [s for s, _ in kept], [{"q": s, **pair} for s, _ in kept])
+    return Setup(prepared.bundle, work, sentences, [{"q": s, **pair} for s in sentences], plain)
 
 
 def section(args: argparse.Namespace, command: str, setup: Setup, runs: dict[str, Run], load: list[float]) -> str:
@@ -280,7 +311,7 @@ server run after a warm-up; median of {args.rounds} interleaved rounds. Load ave
 {table(runs)}
 
 {ratios(runs)}
-{identity(runs, plain_texts(setup.bundle, setup.sentences))}
+{identity(runs, setup.plain)}
 """
 
 
@@ -289,21 +320,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     os.sched_setaffinity(0, {int(CLIENT_CORE)})  # the load generator; servers and CTranslate2 run on SERVER_CORE
     setup = set_up(args)
     before = os.getloadavg()[0]
-    runs = rounds(args, setup.bundle, setup.work, setup.bodies)
+    runs = rounds(args, setup)
     words = argv if argv is not None else sys.argv[1:]
     command = "python bench/overhead.py " + " ".join(shlex.quote(a) for a in words)
     body = section(args, command, setup, runs, [before, os.getloadavg()[0]])
     print("\n" + body, flush=True)
+    if not args.no_write:
+        write_section("overhead", body, args.out / "BENCHMARKS.md")
     if args.profile:
         with attnserve_server(setup.bundle, {}) as server:
             load = partial(closed_loop, server.url, setup.bodies, args.clients, args.seconds)
             profile = profile_section(record_profile(server, lambda: asyncio.run(load())), args.profile, command)
         print(profile, flush=True)
-    if not args.no_write:
-        write_section("overhead", body, args.out / "BENCHMARKS.md")
-        if args.profile:
+        if not args.no_write:
             write_section(f"overhead-profile-{args.profile}", profile, args.out / "BENCHMARKS.md")
-        print(f"wrote {args.out / 'BENCHMARKS.md'}")
 
 
 if __name__ == "__main__":

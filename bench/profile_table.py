@@ -8,6 +8,7 @@ a symbol (libc's, mostly) are named by their library.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import signal
@@ -17,7 +18,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from common import Server
@@ -69,6 +70,8 @@ OURS = ("service/", "starlette/", "fastapi/", "uvicorn/", "pydantic", "anyio/", 
 class Profile:
     stacks: Counter[tuple[str, ...]]  # frames root first (thread name first), line numbers dropped -> samples
     waiting: int  # samples left out
+    cpu: dict[str, float] = field(default_factory=dict)  # thread name -> CPU seconds during the load
+    seconds: float = 0.0  # of load
 
     @property
     def samples(self) -> int:
@@ -83,14 +86,41 @@ def record_profile(server: Server, load: Callable[[], object], rate: int = 100) 
     command += ["--format", "raw", "--output", str(out)]
     spying = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     time.sleep(1.0)  # attached before the load starts
+    before, start = thread_cpu(server.process.pid), time.perf_counter()
     try:
         load()
+        seconds = time.perf_counter() - start
+        after = thread_cpu(server.process.pid)
     finally:
         spying.send_signal(signal.SIGINT)
         _, err = spying.communicate(timeout=60)
     if not out.exists():
         raise RuntimeError(f"py-spy wrote no profile:\n{err.decode()[-2000:]}")
-    return parse(out.read_text())
+    profile = parse(out.read_text())
+    names = {}  # py-spy's first frame: "thread (TID): NAME", TID the OS thread id
+    for stack in profile.stacks:
+        tid, _, name = stack[0].removeprefix("thread (").partition("): ")
+        names[tid] = name
+    cpu: dict[str, float] = {}
+    for tid, seconds_ in after.items():
+        name = names.get(tid, "other threads")
+        cpu[name] = cpu.get(name, 0.0) + seconds_ - before.get(tid, 0.0)
+    return replace(profile, cpu=cpu, seconds=seconds)
+
+
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds (user + system) of each thread of a process so far, by OS thread id, from /proc: what each
+    thread really ran, where a sampler counts a thread that waits for the core as running."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:
+            continue  # the thread ended
+        utime, stime = (int(x) for x in stat[stat.rindex(")") + 2 :].split()[11:13])
+        out[task.name] = (utime + stime) / tick
+    return out
 
 
 def parse(raw: str) -> Profile:
@@ -162,10 +192,16 @@ def profile_section(profile: Profile, name: str, command: str) -> str:
         f"`{command}` — py-spy 100 Hz, `--native --threads`; {profile.samples} running samples "
         f"({profile.waiting} waiting left out). Shares of the running samples.",
         "",
-        "| thread | share |",
+        "| thread | share of running samples |",
         "|---|---|",
         *(f"| {t} | {k / total:.1%} |" for t, k in threads.most_common()),
     ]
+    if profile.cpu:
+        used = sum(profile.cpu.values()) or 1.0
+        lines += ["", f"CPU time of the server's threads over the {profile.seconds:.1f} s of load (/proc), all of "
+                  f"them {used:.1f} s:", "", "| thread | CPU s | share |", "|---|---|---|"]  # fmt: skip
+        busy = sorted(profile.cpu.items(), key=lambda x: -x[1])
+        lines += [f"| {t} | {c:.2f} | {c / used:.1%} |" for t, c in busy if c >= 0.01]
     lines += ["", *parts_table(profile), "", "| top frames, self (where the stack ends) | share |", "|---|---|"]
     lines += [f"| `{f}` | {k / total:.1%} |" for f, k in top(profile, False)]
     return "\n".join(lines) + "\n"

@@ -4,14 +4,18 @@ The server runs pinned to core 0 (``taskset -c 0``, one decoding thread of one O
 (the load generator: 32 closed-loop aiohttp clients, each sending one sentence per request) pinned to core 1.
 CTranslate2 runs ``Translator.translate_batch`` in batches of 32 sorted by length on core 0, on the same weights
 (``attnserve export-marian`` → ``ct2-transformers-converter``, bench/engines.py's :func:`~engines.prepare`), in a
-subprocess of bench/peers.py (``--engine``). 300 test sentences, greedy, default settings, float32 and int8; the
-clients walk the sentences in turn, so every sentence is answered once in the first 300 requests and repeats after.
+subprocess of bench/peers.py (``--engine``), as does attnserve's runner alone (no HTTP, no scheduler) for
+reference. 300 test sentences, greedy, default settings, float32 and int8; the clients walk the sentences in turn,
+so every sentence is answered once in the first 300 requests and repeats after.
 
 Each round runs, in turn: CTranslate2 float32, attnserve float32, CTranslate2 int8, attnserve int8, attnserve
-float32 with ``max_batch_size`` 1 (the batching gain), and with ``--cache`` attnserve float32 with its response
-cache on. Ratios are those of each round, median of ``--rounds``. attnserve's float32 answers are compared with
-CTranslate2's detokenized outputs (identical expected). ``--profile NAME`` adds a py-spy profile of the float32
-server under the same load and writes it to its own section (``overhead-profile-NAME``).
+float32 with ``max_batch_size`` 1 (the batching gain), both engines on the texts without spans (the service masks
+placeholders and decodes those texts with attention: service/text/), the runner alone, and with ``--cache``
+attnserve float32 with its response cache on. Ratios are those of each round, median of ``--rounds``. attnserve's
+answers to texts without spans are compared with CTranslate2's float32 outputs, detokenized (identical expected).
+``--profile NAME`` adds a py-spy profile of the float32 server under the same load, with each thread's CPU time,
+and writes it to its own section (``overhead-profile-NAME``); ``--rounds 0 --attnserve OTHER/.venv/bin/attnserve``
+profiles another checkout's server alone.
 
     python bench/overhead.py
     python bench/overhead.py --profile after --cache
@@ -38,7 +42,7 @@ from typing import Any
 
 from common import CORPUS, DOCS, PEERS, ROOT, Server, free_port, machine, pairs, versions, write_section
 from engines import SERVICE_MAX_LENGTH, prepare
-from profile_table import profile_section, record_profile
+from profile_table import profile_section, record_profile, thread_cpu
 
 SERVER_CORE, CLIENT_CORE = "0", "1"
 ONE_THREAD = {"ATTNSERVE_DECODE_THREADS": "1", "ATTNSERVE_THREADS": "1", "OMP_NUM_THREADS": "1"}
@@ -51,9 +55,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--sentences", type=int, default=300, help="test sentences (a deterministic sample)")
     ap.add_argument("--clients", type=int, default=32, help="closed-loop clients")
     ap.add_argument("--seconds", type=float, default=10, help="seconds of load per server run")
-    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median)")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median); 0: only --profile")
     ap.add_argument("--cache", action="store_true", help="also attnserve float32 with the response cache on")
     ap.add_argument("--profile", metavar="NAME", help="profile the float32 server (py-spy) into its own section")
+    ap.add_argument("--attnserve", type=Path, default=Path(sys.executable).with_name("attnserve"),
+                    help="the attnserve command to serve (another checkout's, to profile it)")  # fmt: skip
     ap.add_argument("--work", type=Path, default=None, help="keep conversions here (default: a temporary directory)")
     ap.add_argument("--out", type=Path, default=DOCS, help="BENCHMARKS.md goes here (default docs/)")
     ap.add_argument("--no-write", action="store_true", help="print only")
@@ -69,6 +75,8 @@ class Run:
     p50: list[float] = field(default_factory=list)
     outputs: dict[int, str] = field(default_factory=dict)  # sentence index -> translation (first answer)
     tokens: list[list[int]] = field(default_factory=list)  # CTranslate2's, in sentence order
+    loop_us: list[float] = field(default_factory=list)  # the event loop's CPU µs a request (/proc)
+    decode_share: list[float] = field(default_factory=list)  # the other threads' (decoding) share of the CPU
 
     @property
     def rate(self) -> float:
@@ -79,26 +87,26 @@ def pinned(core: str, command: list[str]) -> list[str]:
     return ["taskset", "-c", core, *command]
 
 
-def ctranslate2_run(work: Path, compute: str, run: Run) -> None:
-    """One pass of CTranslate2 over ``work``'s sentences on the server's core, into ``run``."""
-    command = [sys.executable, str(PEERS), "--engine", "ctranslate2", "--compute", compute]
+def offline_run(work: Path, engine: str, compute: str, run: Run) -> None:
+    """One pass of an offline engine (``ctranslate2``, or ``attnserve``'s runner alone) over ``work``'s sentences in
+    batches of 32 sorted by length, on the server's core, into ``run``."""
+    command = [sys.executable, str(PEERS), "--engine", engine, "--compute", compute]
     command += ["--beam", "1", "--threads", "1", "--work", str(work)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(pinned(SERVER_CORE, command), capture_output=True, text=True, env=env, cwd=ROOT)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"CTranslate2 {compute} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+        raise RuntimeError(f"{engine} {compute} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
     result = json.loads(lines[-1][len("RESULT ") :])
     run.rates.append(len(result["tokens"]) / result["seconds"])
     run.tokens = run.tokens or result["tokens"]
     print(f"  {run.label}: {run.rates[-1]:.1f}/s", flush=True)
 
 
-def attnserve_server(bundle: Path, env: dict[str, str]) -> Server:
+def attnserve_server(bundle: Path, env: dict[str, str], attnserve: Path) -> Server:
     """``attnserve serve`` pinned to the server's core."""
     port = free_port()
-    attnserve = str(Path(sys.executable).with_name("attnserve"))
-    command = pinned(SERVER_CORE, [attnserve, "serve", "--bundle", str(bundle), "--port", str(port)])
+    command = pinned(SERVER_CORE, [str(attnserve), "serve", "--bundle", str(bundle), "--port", str(port)])
     return Server(command, port, {"ATTNSERVE_LOG_LEVEL": "warning", **ONE_THREAD, **env})
 
 
@@ -145,14 +153,22 @@ def serve_and_load(
     bundle: Path, env: dict[str, str], bodies: list[dict[str, Any]], args: argparse.Namespace, run: Run
 ) -> None:
     """Start a server, warm it up with one pass over the sentences, load it for ``--seconds``; into ``run``."""
-    with attnserve_server(bundle, env) as server:
+    with attnserve_server(bundle, env, args.attnserve) as server:
         asyncio.run(closed_loop(server.url, bodies, args.clients, min(2.0, args.seconds)))
+        pid = str(server.process.pid)  # the main thread's id: the event loop's
+        before, start = thread_cpu(server.process.pid), time.perf_counter()
         rate, p50, outputs = asyncio.run(closed_loop(server.url, bodies, args.clients, args.seconds))
+        seconds, after = time.perf_counter() - start, thread_cpu(server.process.pid)
+    loop = after[pid] - before.get(pid, 0.0)
+    others = sum(after[t] - before.get(t, 0.0) for t in after if t != pid)
     run.rates.append(rate)
     run.p50.append(p50)
+    run.loop_us.append(loop / (rate * seconds) * 1e6)
+    run.decode_share.append(others / max(loop + others, 1e-9))
     if not run.outputs:
         run.outputs = outputs
-    print(f"  {run.label}: {rate:.1f}/s, p50 {p50 * 1000:.0f} ms", flush=True)
+    print(f"  {run.label}: {rate:.1f}/s, p50 {p50 * 1000:.0f} ms, event loop {run.loop_us[-1]:.0f} µs a request, "
+          f"other threads {run.decode_share[-1]:.0%} of the CPU", flush=True)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -171,8 +187,8 @@ def plan(args: argparse.Namespace, setup: Setup) -> list[tuple[str, Callable[[Ru
     """One round's runs in order, each (name, what runs it): CTranslate2 just before the attnserve server it is
     compared with; then the batching gain, the texts without spans (both engines) and, with ``--cache``, the cache."""
 
-    def ct2(compute: str, work: Path) -> Callable[[Run], None]:
-        return lambda run: ctranslate2_run(work, compute, run)
+    def ct2(compute: str, work: Path, engine: str = "ctranslate2") -> Callable[[Run], None]:
+        return lambda run: offline_run(work, engine, compute, run)
 
     def server(env: dict[str, str], bodies: list[dict[str, Any]]) -> Callable[[Run], None]:
         return lambda run: serve_and_load(setup.bundle, env, bodies, args, run)
@@ -188,6 +204,10 @@ def plan(args: argparse.Namespace, setup: Setup) -> list[tuple[str, Callable[[Ru
         (f"attnserve float32, {PLAIN}", server({}, plain)),
         (f"CTranslate2 int8, {PLAIN}", ct2("int8", setup.work / "plain")),
         (f"attnserve int8, {PLAIN}", server({"ATTNSERVE_GRAPH_VARIANT": "int8"}, plain)),
+    ]
+    steps += [  # where the service's decoding thread stands against the runner called directly
+        ("attnserve runner float32, no HTTP", ct2("float32", setup.work, "attnserve")),
+        (f"attnserve runner float32, no HTTP, {PLAIN}", ct2("float32", setup.work / "plain", "attnserve")),
     ]
     if args.cache:
         steps.append(("attnserve float32, cache on", server({"ATTNSERVE_CACHE_MB": "16"}, setup.bodies)))
@@ -244,11 +264,17 @@ def identity(runs: dict[str, Run], plain: list[bool]) -> str:
 
 def table(runs: dict[str, Run]) -> str:
     """Each run's median rate, its rounds, and the ratios that the issue asks for."""
-    rows = ["| run | sentences/s (median) | rounds | p50 ms |", "|---|---|---|---|"]
+    rows = ["| run | sentences/s (median) | rounds | p50 ms | event loop CPU µs a request | decoding threads' CPU |"]
+    rows.append("|---|---|---|---|---|---|")
+
+    def median(values: list[float], form: str) -> str:
+        return format(statistics.median(values), form) if values else "—"
+
     for run in runs.values():
-        p50 = f"{statistics.median(run.p50) * 1000:.0f}" if run.p50 else "—"
         rounds_ = ", ".join(f"{x:.1f}" for x in run.rates)
-        rows.append(f"| {run.label} | {run.rate:.1f} | {rounds_} | {p50} |")
+        p50 = median([x * 1000 for x in run.p50], ".0f")
+        rows.append(f"| {run.label} | {run.rate:.1f} | {rounds_} | {p50} | {median(run.loop_us, '.0f')} | "
+                    f"{median(run.decode_share, '.0%')} |")  # fmt: skip
     return "\n".join(rows)
 
 
@@ -266,6 +292,9 @@ def ratios(runs: dict[str, Run]) -> str:
         (f"{PLAIN}: attnserve float32 / CTranslate2 float32", f"attnserve float32, {PLAIN}",
          f"CTranslate2 float32, {PLAIN}"),
         (f"{PLAIN}: attnserve int8 / CTranslate2 int8", f"attnserve int8, {PLAIN}", f"CTranslate2 int8, {PLAIN}"),
+        ("attnserve runner alone / CTranslate2, float32", "attnserve runner float32, no HTTP", "CTranslate2 float32"),
+        (f"{PLAIN}: attnserve runner alone / CTranslate2, float32", f"attnserve runner float32, no HTTP, {PLAIN}",
+         f"CTranslate2 float32, {PLAIN}"),
     ]  # fmt: skip
     if "attnserve float32, cache on" in runs:
         pairs_.append(("cache on: attnserve float32 / CTranslate2 float32", "attnserve float32, cache on",
@@ -306,7 +335,9 @@ def section(args: argparse.Namespace, command: str, setup: Setup, runs: dict[str
 pinned to core {SERVER_CORE}, the load generator to core {CLIENT_CORE}; {args.clients} closed-loop clients, one
 sentence a request; {len(setup.sentences)} test sentences, greedy, default settings; {args.seconds:g} s of load a
 server run after a warm-up; median of {args.rounds} interleaved rounds. Load average (1 min) {load[0]:.2f} before,
-{load[1]:.2f} after: other work on the machine's cores makes single figures noisy, the ratios less so.
+{load[1]:.2f} after: other work on the machine's cores makes single figures noisy, the ratios less so. Event loop
+CPU: the server's main thread's CPU time (/proc) over the answers it gave; decoding threads' CPU: the other threads'
+share of the server's CPU time (the batching loops, with ONNX Runtime running on them).
 
 {table(runs)}
 
@@ -319,16 +350,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     os.sched_setaffinity(0, {int(CLIENT_CORE)})  # the load generator; servers and CTranslate2 run on SERVER_CORE
     setup = set_up(args)
-    before = os.getloadavg()[0]
-    runs = rounds(args, setup)
     words = argv if argv is not None else sys.argv[1:]
     command = "python bench/overhead.py " + " ".join(shlex.quote(a) for a in words)
-    body = section(args, command, setup, runs, [before, os.getloadavg()[0]])
-    print("\n" + body, flush=True)
-    if not args.no_write:
-        write_section("overhead", body, args.out / "BENCHMARKS.md")
+    if args.rounds:
+        before = os.getloadavg()[0]
+        runs = rounds(args, setup)
+        body = section(args, command, setup, runs, [before, os.getloadavg()[0]])
+        print("\n" + body, flush=True)
+        if not args.no_write:
+            write_section("overhead", body, args.out / "BENCHMARKS.md")
     if args.profile:
-        with attnserve_server(setup.bundle, {}) as server:
+        with attnserve_server(setup.bundle, {}, args.attnserve) as server:
             load = partial(closed_loop, server.url, setup.bodies, args.clients, args.seconds)
             profile = profile_section(record_profile(server, lambda: asyncio.run(load())), args.profile, command)
         print(profile, flush=True)

@@ -87,20 +87,24 @@ def pinned(core: str, command: list[str]) -> list[str]:
     return ["taskset", "-c", core, *command]
 
 
-def offline_run(work: Path, engine: str, compute: str, run: Run) -> None:
-    """One pass of an offline engine (``ctranslate2``, or ``attnserve``'s runner alone) over ``work``'s sentences in
-    batches of 32 sorted by length, on the server's core, into ``run``."""
+def offline_run(work: Path, engine: str, compute: str, run: Run, passes: int = 3) -> None:
+    """``passes`` runs of an offline engine (``ctranslate2``, or ``attnserve``'s runner alone), each a process of
+    its own doing one pass over ``work``'s sentences in batches of 32 sorted by length on the server's core; their
+    median rate into ``run``. A pass lasts about a second: one alone would stand or fall with a neighbour's burst."""
     command = [sys.executable, str(PEERS), "--engine", engine, "--compute", compute]
     command += ["--beam", "1", "--threads", "1", "--work", str(work)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(pinned(SERVER_CORE, command), capture_output=True, text=True, env=env, cwd=ROOT)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"{engine} {compute} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
-    result = json.loads(lines[-1][len("RESULT ") :])
-    run.rates.append(len(result["tokens"]) / result["seconds"])
-    run.tokens = run.tokens or result["tokens"]
-    print(f"  {run.label}: {run.rates[-1]:.1f}/s", flush=True)
+    rates = []
+    for _ in range(passes):
+        proc = subprocess.run(pinned(SERVER_CORE, command), capture_output=True, text=True, env=env, cwd=ROOT)
+        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+        if proc.returncode != 0 or not lines:
+            raise RuntimeError(f"{engine} {compute} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+        result = json.loads(lines[-1][len("RESULT ") :])
+        rates.append(len(result["tokens"]) / result["seconds"])
+        run.tokens = run.tokens or result["tokens"]
+    run.rates.append(statistics.median(rates))
+    print(f"  {run.label}: {run.rates[-1]:.1f}/s (passes {', '.join(f'{r:.0f}' for r in rates)})", flush=True)
 
 
 def attnserve_server(bundle: Path, env: dict[str, str], attnserve: Path) -> Server:
@@ -242,7 +246,7 @@ def plain_texts(bundle_dir: Path, sentences: list[str]) -> list[bool]:
     from service.text.pipeline import TextPipeline
 
     bundle = load_bundle(bundle_dir, verify=False)
-    split = Settings(_env_file=None).sentence_split_chars  # type: ignore[call-arg]
+    split = Settings(_env_file=None).sentence_split_chars
     pipeline = TextPipeline(bundle.tokenizer, bundle.source_lang, split)
     return [pipeline.plain(s) for s in sentences]
 
@@ -316,7 +320,7 @@ def set_up(args: argparse.Namespace) -> Setup:
     limit = min(SERVICE_MAX_LENGTH, bundle.spec.max_positions)
     chosen = [(s, bundle.tokenizer.encode_source(s)) for s, _ in pairs(args.texts, args.sentences) if s.strip()]
     kept = [(s, ids) for s, ids in chosen if len(ids) <= limit]
-    setup = {"bundle": str(prepared.bundle), "hf": str(prepared.hf), "ct2": str(prepared.ct2)}
+    setup: dict[str, Any] = {"bundle": str(prepared.bundle), "hf": str(prepared.hf), "ct2": str(prepared.ct2)}
     setup |= {"sources": [ids for _, ids in kept], "max_length": limit}
     (work / "setup.json").write_text(json.dumps(setup))
     sentences = [s for s, _ in kept]
@@ -331,13 +335,16 @@ def set_up(args: argparse.Namespace) -> Setup:
 def section(args: argparse.Namespace, command: str, setup: Setup, runs: dict[str, Run], load: list[float]) -> str:
     return f"""## Serving overhead: HTTP on one core against CTranslate2 called directly (bench/overhead.py)
 
-`{command}` — {machine()}; {versions("onnxruntime", "ctranslate2", "uvicorn", "fastapi")}. Server and CTranslate2
-pinned to core {SERVER_CORE}, the load generator to core {CLIENT_CORE}; {args.clients} closed-loop clients, one
-sentence a request; {len(setup.sentences)} test sentences, greedy, default settings; {args.seconds:g} s of load a
-server run after a warm-up; median of {args.rounds} interleaved rounds. Load average (1 min) {load[0]:.2f} before,
-{load[1]:.2f} after: other work on the machine's cores makes single figures noisy, the ratios less so. Event loop
-CPU: the server's main thread's CPU time (/proc) over the answers it gave; decoding threads' CPU: the other threads'
-share of the server's CPU time (the batching loops, with ONNX Runtime running on them).
+`{command}`
+
+{machine()}; {versions("onnxruntime", "ctranslate2", "uvicorn", "fastapi")}. Server and CTranslate2 pinned to
+core {SERVER_CORE}, the load generator to core {CLIENT_CORE}; {args.clients} closed-loop clients, one sentence a
+request; {len(setup.sentences)} test sentences, greedy, default settings; {args.seconds:g} s of load a server run
+after a warm-up; median of {args.rounds} interleaved rounds (an offline engine: the median of 3 passes a round).
+Load average (1 min) {load[0]:.2f} before, {load[1]:.2f} after: other work on the machine's cores makes single
+figures noisy, the ratios less so. Event loop CPU: the server's main thread's CPU time (/proc) over the answers it
+gave; decoding threads' CPU: the other threads' share of the server's CPU time (the batching loops, with ONNX
+Runtime running on them).
 
 {table(runs)}
 

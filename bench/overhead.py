@@ -42,7 +42,7 @@ from typing import Any
 
 from common import CORPUS, DOCS, PEERS, ROOT, Server, free_port, machine, pairs, versions, write_section
 from engines import SERVICE_MAX_LENGTH, prepare
-from profile_table import profile_section, record_profile, thread_cpu
+from profile_table import profile_section, record_command, record_profile, thread_cpu
 
 SERVER_CORE, CLIENT_CORE = "0", "1"
 ONE_THREAD = {"ATTNSERVE_DECODE_THREADS": "1", "ATTNSERVE_THREADS": "1", "OMP_NUM_THREADS": "1"}
@@ -58,6 +58,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median); 0: only --profile")
     ap.add_argument("--cache", action="store_true", help="also attnserve float32 with the response cache on")
     ap.add_argument("--profile", metavar="NAME", help="profile the float32 server (py-spy) into its own section")
+    ap.add_argument("--runner-beam", type=int, metavar="N", help="with --profile: also the runner alone at beam N")
     ap.add_argument("--attnserve", type=Path, default=Path(sys.executable).with_name("attnserve"),
                     help="the attnserve command to serve (another checkout's, to profile it)")  # fmt: skip
     ap.add_argument("--work", type=Path, default=None, help="keep conversions here (default: a temporary directory)")
@@ -231,6 +232,15 @@ def rounds(args: argparse.Namespace, setup: Setup) -> dict[str, Run]:
     return runs
 
 
+def runner_profile(work: Path, beam: int, name: str, command: str) -> str:
+    """attnserve's runner alone (bench/peers.py ``--engine attnserve``, float32, one thread) at ``beam`` on the
+    server's core under py-spy, from loading to the end of its pass over the sentences."""
+    engine = [sys.executable, str(PEERS), "--engine", "attnserve", "--compute", "float32", "--beam", str(beam)]
+    engine += ["--threads", "1", "--work", str(work)]
+    profile = record_command(pinned(SERVER_CORE, engine))
+    return profile_section(profile, name, command, f"the runner alone, float32, beam {beam}, one thread")
+
+
 def detokenize(bundle_dir: Path, tokens: list[list[int]]) -> list[str]:
     from service.bundle import load_bundle
 
@@ -373,6 +383,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(profile, flush=True)
         if not args.no_write:
             write_section(f"overhead-profile-{args.profile}", profile, args.out / "BENCHMARKS.md")
+    if args.profile and args.runner_beam:
+        runner = runner_profile(setup.work, args.runner_beam, args.profile, command)
+        print(runner, flush=True)
+        if not args.no_write:
+            write_section(f"overhead-profile-{args.profile}-runner", runner, args.out / "BENCHMARKS.md")
 
 
 if __name__ == "__main__":

@@ -123,6 +123,17 @@ def thread_cpu(pid: int) -> dict[str, float]:
     return out
 
 
+def record_command(command: list[str], rate: int = 100) -> Profile:
+    """Run ``command`` under py-spy from its start to its end (a process of its own, such as an offline engine)."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    out = Path(tempfile.mkdtemp(prefix="profile-")) / "profile.txt"
+    spying = [spy, "record", "--native", "--threads", "--rate", str(rate), "--format", "raw", "--output", str(out)]
+    proc = subprocess.run([*spying, "--", *command], capture_output=True, text=True)
+    if proc.returncode != 0 or not out.exists():
+        raise RuntimeError(f"py-spy or the command failed:\n{proc.stderr[-2000:]}")
+    return parse(out.read_text())
+
+
 def parse(raw: str) -> Profile:
     """py-spy's raw format: one ``frame;frame;... count`` line per distinct stack."""
     stacks: Counter[tuple[str, ...]] = Counter()
@@ -180,14 +191,14 @@ def parts_table(profile: Profile) -> list[str]:
     return rows
 
 
-def profile_section(profile: Profile, name: str, command: str) -> str:
+def profile_section(profile: Profile, name: str, command: str, what: str = "the float32 server under that load") -> str:
     """The profile's threads, top self and top inclusive frames, as a section of docs/BENCHMARKS.md."""
     total = profile.samples or 1
     threads: Counter[str] = Counter()
     for stack, k in profile.stacks.items():
         threads[thread_name(stack[0])] += k
     lines = [
-        f"### Profile of the float32 server under that load: {name} (bench/overhead.py --profile)",
+        f"### Profile of {what}: {name} (bench/overhead.py --profile)",
         "",
         f"`{command}` — py-spy 100 Hz, `--native --threads`; {profile.samples} running samples "
         f"({profile.waiting} waiting left out). Shares of the running samples.",

@@ -15,8 +15,8 @@ import numpy as np
 from service import translate_po
 
 if TYPE_CHECKING:
-    from service.engine import AttentionResult
     from service.settings import Settings
+    from service.translation import AttentionResult
 
 MODEL_COMMANDS = ("train", "average", "evaluate", "export", "import-marian", "export-marian")
 
@@ -103,8 +103,9 @@ def serve(settings: Settings) -> int:
 
 def local(args: argparse.Namespace, settings: Settings) -> int:
     from service.bundle import BundleError
-    from service.engine import Engine, Filters, Options
+    from service.engine import Engine
     from service.errors import ServiceError
+    from service.translation import Filters, Options
 
     try:
         engine = Engine.load(settings.bundles[0], settings)

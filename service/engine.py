@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -20,95 +20,30 @@ import numpy.typing as npt
 
 from service.admission import check_servable
 from service.budget import Budget, MiB, answer_bytes, request_bytes
-from service.bundle import Bundle, load_bundle, unencodable
+from service.bundle import Bundle, load_bundle
 from service.cache import LruCache, through_cache
 from service.decoding import BatchDecoder, DecodeRequest, DecodeResult, Hypothesis, StepRunner, decode
-from service.errors import ClientGone, InvalidText, NoSuchIndex, TooLarge
+from service.errors import ClientGone, NoSuchIndex, TooLarge
 from service.runner import CPU, Runner, trim_memory
 from service.scheduler import DeadlineExceeded, Scheduler, StepStats
 from service.settings import Settings
 from service.text.glossary import read_glossary
 from service.text.pipeline import Prepared, TextPipeline
+from service.translation import (
+    AttentionResult,
+    Details,
+    Filters,
+    Gone,
+    Options,
+    Translation,
+    cache_key,
+    check_unicode,
+    distinct,
+    join_details,
+    translation_strings,
+)
 
 log = logging.getLogger(__name__)
-
-KINDS = ("encoder", "decoder", "cross")
-Gone = Callable[[], Awaitable[bool]]  # whether the caller went away (Starlette's Request.is_disconnected)
-
-
-@dataclass(frozen=True)
-class Options:
-    """Decoding options of one request.
-
-    Args:
-        beam_size: 1 = greedy.
-        max_length: generated tokens at most; default min(settings.max_length, 2 × source tokens + 10).
-        alternatives: extra translations wanted; the beam widens to at least alternatives + 1.
-        length_penalty: finished beam hypotheses rank by score / length^length_penalty.
-        details: add tokens, scores and a cross-attention alignment to each translation.
-        glossary: source term → target term, enforced where a term occurs (service/text/).
-        keep: terms copied verbatim.
-    """
-
-    beam_size: int = 1
-    max_length: int | None = None
-    alternatives: int = 0
-    length_penalty: float = 1.0
-    details: bool = False
-    glossary: Mapping[str, str] | None = None
-    keep: tuple[str, ...] = ()
-
-    @property
-    def beam(self) -> int:
-        """The beam that decodes: ``beam_size``, widened to give the alternatives."""
-        return max(self.beam_size, self.alternatives + 1)
-
-
-@dataclass(frozen=True)
-class Filters:
-    """Which attention weights to return: kinds (subset of :data:`KINDS`), layer and head indices (None = all)."""
-
-    kinds: Sequence[str] = KINDS
-    layers: list[int] | None = None
-    heads: list[int] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Details:
-    """One translation's tokens, log-probabilities (six decimals) and word alignment: each target token's most
-    attended source token, last layer, heads averaged."""
-
-    source_tokens: list[str]
-    tokens: list[str]
-    score: float
-    token_scores: list[float]
-    alignment: list[int]
-
-
-@dataclass(frozen=True, slots=True)
-class Translation:
-    """One text's translation, its alternatives (texts that read differently, best first) and, if asked, details."""
-
-    text: str
-    alternatives: list[str]
-    details: Details | None
-
-
-@dataclass(frozen=True)
-class AttentionResult:
-    """A translation with its attention weights, [layer][head][query][key] per kind, rounded to six decimals.
-
-    Query t of decoder and cross attention is the step that produced ``target_tokens[t]`` from
-    ``decoder_input_tokens[t]``; decoder self-attention is 0 above the diagonal.
-    """
-
-    source_tokens: list[str]
-    target_tokens: list[str]
-    decoder_input_tokens: list[str]
-    text: str
-    heads: list[int]
-    layers: dict[str, list[int]]  # per kind, in the order asked
-    weights: dict[str, npt.NDArray[np.float64]]
 
 
 class ServingRunner(StepRunner, Protocol):
@@ -147,65 +82,8 @@ class Runners:
         return cls(exact, exact)  # the fast decoder's attention kernels (service/_attention.c) are the CPU's
 
 
-def check_unicode(texts: Sequence[str]) -> None:
-    """Refuse a text that is not valid Unicode before anything copies it through into an answer.
-
-    Raises:
-        InvalidText: an unpaired surrogate (field ``q``).
-    """
-    for text in texts:
-        if not text.isascii():
-            try:
-                text.encode("utf-8")
-            except UnicodeEncodeError as e:
-                raise InvalidText(unencodable(text, "q"), "q") from e
-
-
-def distinct(texts: list[str], n: int) -> list[str]:
-    """Up to n of ``texts[1:]`` (hypotheses' texts, best first) that differ from ``texts[0]`` and from each other:
-    hypotheses whose pieces differ can read the same, and an alternative that repeats a text tells nothing."""
-    seen = {texts[0]}
-    out: list[str] = []
-    for text in texts[1:]:
-        if len(out) == n:
-            break
-        if text not in seen:
-            seen.add(text)
-            out.append(text)
-    return out
-
-
-def join_details(parts: list[Details]) -> Details | None:
-    """One text's details from its segments': tokens concatenated, alignment indices into the joined source
-    tokens; None for a text that decoded nothing (empty or whitespace)."""
-    if not parts:
-        return None
-    source: list[str] = []
-    alignment: list[int] = []
-    for d in parts:
-        alignment += [a + len(source) for a in d.alignment]
-        source += d.source_tokens
-    return Details(
-        source_tokens=source,
-        tokens=[t for d in parts for t in d.tokens],
-        score=round(sum(d.score for d in parts), 6),
-        token_scores=[x for d in parts for x in d.token_scores],
-        alignment=alignment,
-    )
-
-
 def _ignore(*_: int) -> None:
     pass
-
-
-def translation_strings(t: Translation) -> list[str]:
-    return [t.text, *t.alternatives]
-
-
-def cache_key(options: Options) -> Hashable:
-    """What of a request's options its translations depend on (``details`` answers are not cached)."""
-    glossary = tuple(sorted(options.glossary.items())) if options.glossary else None
-    return (options.beam_size, options.max_length, options.alternatives, options.length_penalty, glossary, options.keep)
 
 
 class Engine:
@@ -344,7 +222,12 @@ class Engine:
             requests = [self._request(t, options, options.details) for t in texts]
             return self._translations(requests, await self._queued(requests, gone, arrival), options)
         requests = self._segment_requests(prepared, options)
-        return self._finished(prepared, requests, await self._queued(requests, gone, arrival), options)
+        results = await self._queued(requests, gone, arrival)
+        if again := self._unplaced(prepared, results):
+            redone = await self._queued([replace(requests[i], attention=True) for i in again], gone, arrival)
+            for i, result in zip(again, redone, strict=True):
+                results[i] = result
+        return self._finished(prepared, requests, results, options)
 
     async def _queued(
         self, requests: list[DecodeRequest], gone: Gone | None, arrival: float | None
@@ -366,6 +249,10 @@ class Engine:
         if prepared is not None:
             requests = self._segment_requests(prepared, options)
             results = self._decode_now(requests, False) if requests else []
+            if again := self._unplaced(prepared, results):
+                redone = self._decode_now([replace(requests[i], attention=True) for i in again], False)
+                for i, result in zip(again, redone, strict=True):
+                    results[i] = result
             return self._finished(prepared, requests, results, options)
         requests = [self._request(t, options, options.details) for t in texts]
         return self._translations(requests, self._decode_now(requests, False), options)
@@ -384,8 +271,18 @@ class Engine:
             raise TooLarge(f"a text has {longest} characters; the limit is max_chars={limit}", "max_chars", limit)
 
     def _segment_requests(self, prepared: Prepared, options: Options) -> list[DecodeRequest]:
-        """One request a segment; those with spans collect attention, which places them."""
-        return [self._request(s.source, options, options.details or s.masked is not None) for s in prepared.segments]
+        """One request a segment, on the fast graphs unless details want attention."""
+        return [self._request(s.source, options, options.details) for s in prepared.segments]
+
+    def _unplaced(self, prepared: Prepared, results: list[DecodeResult]) -> list[int]:
+        """The segments whose spans need cross-attention to be placed (the model did not copy every stand-in):
+        they decode again with attention rows."""
+        needs = self.text.needs_attention
+        return [
+            i
+            for i, (segment, result) in enumerate(zip(prepared.segments, results, strict=True))
+            if any(needs(segment, h) for h in result.hypotheses)
+        ]
 
     def _finished(
         self, prepared: Prepared, requests: list[DecodeRequest], results: list[DecodeResult], options: Options

@@ -44,7 +44,8 @@ def local_batch(args: argparse.Namespace, settings: Settings) -> TranslateBatch:
         BundleError: the bundle cannot be loaded.
         RemoteError: it does not translate ``--source`` into ``--target``.
     """
-    from service.engine import Engine, Options
+    from service.engine import Engine
+    from service.translation import Options
 
     engine = Engine.load(settings.bundles[0], settings)
     if engine.pair != (args.source, args.target):

@@ -9,8 +9,8 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from service.detect import Detection, Detector
-from service.engine import Gone, Options, Translation
 from service.errors import UnknownPair
+from service.translation import Gone, Options, Translation
 
 
 class PairEngine(Protocol):

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from service.engine import Options
 from service.errors import OptionOverLimit, TooLarge
 from service.http.errors import InvalidField
 from service.settings import Settings
+from service.translation import Options
 
 
 def check_texts(settings: Settings, texts: Sequence[str]) -> None:

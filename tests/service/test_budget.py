@@ -11,10 +11,10 @@ import pytest
 from service import budget as budget_module
 from service.budget import Budget, BudgetFull, answer_bytes, request_bytes
 from service.decoding import DecodeRequest
-from service.engine import Filters
 from service.errors import TooLarge
 from service.scheduler import QueueFull
 from service.settings import Settings
+from service.translation import Filters
 from tests.service.fake_runner import SPEC
 
 

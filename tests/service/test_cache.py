@@ -9,7 +9,7 @@ import sys
 import httpx
 
 from service.cache import ENTRY_BYTES, LruCache, through_cache
-from service.engine import Options, Translation
+from service.translation import Options, Translation
 from tests.service.conftest import ServerFactory
 from tests.service.test_engine import fake_engine
 from tests.service.test_metrics import samples

@@ -10,10 +10,11 @@ from typing import Any
 import httpx
 import pytest
 
-from service.engine import Engine, Filters, Options, Runners
+from service.engine import Engine, Runners
 from service.errors import TooLarge
 from service.scheduler import DeadlineExceeded
 from service.settings import Settings
+from service.translation import Filters, Options
 from tests.service.conftest import ServerFactory
 from tests.service.test_engine import Bundle, Runner
 

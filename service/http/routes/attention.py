@@ -10,7 +10,6 @@ from typing import Any
 import orjson
 from fastapi import APIRouter, Request, Response
 
-from service.engine import AttentionResult, Filters, Options
 from service.http.arrays import Encoding, encode
 from service.http.auto import detect_sources
 from service.http.body import parse_body
@@ -19,6 +18,7 @@ from service.http.limits import check_options
 from service.http.openapi import ERRORS, request_body
 from service.http.schemas import AttentionRequest, AttentionResponse
 from service.http.state import state_of
+from service.translation import AttentionResult, Filters, Options
 
 router = APIRouter()
 GZIP_LEVEL = 1  # the body is mostly digits or near-zero bytes: level 1 gets most of the gain for a fraction of the time

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, JSONResponse
 from starlette.datastructures import FormData, UploadFile
 
-from service.engine import Engine, Options
+from service.engine import Engine
 from service.errors import TooLarge
 from service.formats import accepted, format_for
 from service.formats.base import Translate, batched
@@ -18,6 +18,7 @@ from service.http.errors import InvalidField, MalformedBody, UnsupportedFormat
 from service.http.openapi import ERRORS
 from service.http.schemas import TranslateFileResponse
 from service.http.state import state_of
+from service.translation import Options
 
 router = APIRouter()
 

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 import pytest
 
 from service.detect import Detector
-from service.engine import Gone, Options, Translation
 from service.errors import UnknownPair
 from service.http.auto import detect_sources, translate_auto
+from service.translation import Gone, Options, Translation
 
 EN, DE, JA = "Open the selected file", "Die ausgewählten Dateien löschen?", "ファイルを開く"
 

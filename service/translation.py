@@ -1,0 +1,148 @@
+"""What the engine takes and gives, apart from how it decodes: a request's options and attention filters, its
+translations with their details, /attention's result, and the checks and joins around them."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from service.bundle import unencodable
+from service.errors import InvalidText
+
+KINDS = ("encoder", "decoder", "cross")
+Gone = Callable[[], Awaitable[bool]]  # whether the caller went away (Starlette's Request.is_disconnected)
+
+
+@dataclass(frozen=True)
+class Options:
+    """Decoding options of one request.
+
+    Args:
+        beam_size: 1 = greedy.
+        max_length: generated tokens at most; default min(settings.max_length, 2 × source tokens + 10).
+        alternatives: extra translations wanted; the beam widens to at least alternatives + 1.
+        length_penalty: finished beam hypotheses rank by score / length^length_penalty.
+        details: add tokens, scores and a cross-attention alignment to each translation.
+        glossary: source term → target term, enforced where a term occurs (service/text/).
+        keep: terms copied verbatim.
+    """
+
+    beam_size: int = 1
+    max_length: int | None = None
+    alternatives: int = 0
+    length_penalty: float = 1.0
+    details: bool = False
+    glossary: Mapping[str, str] | None = None
+    keep: tuple[str, ...] = ()
+
+    @property
+    def beam(self) -> int:
+        """The beam that decodes: ``beam_size``, widened to give the alternatives."""
+        return max(self.beam_size, self.alternatives + 1)
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Which attention weights to return: kinds (subset of :data:`KINDS`), layer and head indices (None = all)."""
+
+    kinds: Sequence[str] = KINDS
+    layers: list[int] | None = None
+    heads: list[int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Details:
+    """One translation's tokens, log-probabilities (six decimals) and word alignment: each target token's most
+    attended source token, last layer, heads averaged."""
+
+    source_tokens: list[str]
+    tokens: list[str]
+    score: float
+    token_scores: list[float]
+    alignment: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class Translation:
+    """One text's translation, its alternatives (texts that read differently, best first) and, if asked, details."""
+
+    text: str
+    alternatives: list[str]
+    details: Details | None
+
+
+@dataclass(frozen=True)
+class AttentionResult:
+    """A translation with its attention weights, [layer][head][query][key] per kind, rounded to six decimals.
+
+    Query t of decoder and cross attention is the step that produced ``target_tokens[t]`` from
+    ``decoder_input_tokens[t]``; decoder self-attention is 0 above the diagonal.
+    """
+
+    source_tokens: list[str]
+    target_tokens: list[str]
+    decoder_input_tokens: list[str]
+    text: str
+    heads: list[int]
+    layers: dict[str, list[int]]  # per kind, in the order asked
+    weights: dict[str, npt.NDArray[np.float64]]
+
+
+def check_unicode(texts: Sequence[str]) -> None:
+    """Refuse a text that is not valid Unicode before anything copies it through into an answer.
+
+    Raises:
+        InvalidText: an unpaired surrogate (field ``q``).
+    """
+    for text in texts:
+        if not text.isascii():
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise InvalidText(unencodable(text, "q"), "q") from e
+
+
+def distinct(texts: list[str], n: int) -> list[str]:
+    """Up to n of ``texts[1:]`` (hypotheses' texts, best first) that differ from ``texts[0]`` and from each other:
+    hypotheses whose pieces differ can read the same, and an alternative that repeats a text tells nothing."""
+    seen = {texts[0]}
+    out: list[str] = []
+    for text in texts[1:]:
+        if len(out) == n:
+            break
+        if text not in seen:
+            seen.add(text)
+            out.append(text)
+    return out
+
+
+def join_details(parts: list[Details]) -> Details | None:
+    """One text's details from its segments': tokens concatenated, alignment indices into the joined source
+    tokens; None for a text that decoded nothing (empty or whitespace)."""
+    if not parts:
+        return None
+    source: list[str] = []
+    alignment: list[int] = []
+    for d in parts:
+        alignment += [a + len(source) for a in d.alignment]
+        source += d.source_tokens
+    return Details(
+        source_tokens=source,
+        tokens=[t for d in parts for t in d.tokens],
+        score=round(sum(d.score for d in parts), 6),
+        token_scores=[x for d in parts for x in d.token_scores],
+        alignment=alignment,
+    )
+
+
+def translation_strings(t: Translation) -> list[str]:
+    return [t.text, *t.alternatives]
+
+
+def cache_key(options: Options) -> Hashable:
+    """What of a request's options its translations depend on (``details`` answers are not cached)."""
+    glossary = tuple(sorted(options.glossary.items())) if options.glossary else None
+    return (options.beam_size, options.max_length, options.alternatives, options.length_penalty, glossary, options.keep)

@@ -272,9 +272,13 @@ def check_file(path: Path, name: str, hashes: dict[str, str] | None, derived: bo
     if sha256(file) == hashes[name]:
         return
     if derived:
+        import onnxruntime
+
+        entry = json.loads((path / "manifest.json").read_text())["derived"][name]
         raise BundleError(
-            f"{file}: sha256 does not match the manifest — a derived graph that differs (damaged, or another ONNX "
-            f"Runtime version): delete it to derive it again, or run `attnserve derive {path} --force`"
+            f"{file}: sha256 does not match the manifest — a derived graph that differs (damaged, or derived by "
+            f"onnxruntime {onnxruntime.__version__}, the manifest's by {entry.get('onnxruntime', 'an unknown one')}): "
+            f"delete it to derive it again, or run `attnserve derive {path} --force`"
         )
     raise BundleError(f"{file}: sha256 does not match the manifest — the file is corrupted or replaced")
 

@@ -2,10 +2,11 @@
 quantization) from the fast graphs that the bundle ships, written beside them on first load and checked against
 the manifest's sha256.
 
-The manifest's ``derived`` object maps each derived file to ``{"from": SOURCE, "by": HOW}``; ``HOW`` is one of
-:data:`DERIVE`. A derived file is the cache: present, it is verified like every other file; missing, it is derived
-again if the bundle directory is writable (a read-only one, such as a Docker image's, derives at build time:
-``attnserve derive DIR``).
+The manifest's ``derived`` object maps each derived file to ``{"from": SOURCE, "by": HOW, "onnxruntime": VERSION}``:
+``HOW`` is one of :data:`DERIVE`, ``VERSION`` the ONNX Runtime that derived the manifest's sha256 (another version's
+optimizer and quantizer may write other bytes, which the sha256 check then refuses). A derived file is the cache:
+present, it is verified like every other file; missing, it is derived again if the bundle directory is writable (a
+read-only one, such as a Docker image's, derives at build time: ``attnserve derive DIR``).
 """
 
 from __future__ import annotations
@@ -130,8 +131,11 @@ def derived_entries(where: str, manifest: dict[str, Any]) -> dict[str, tuple[str
         raise DeriveError(f"{where}: derived: expected an object")
     out = {}
     for name, entry in sorted(entries.items()):
-        if not isinstance(entry, dict) or set(entry) != {"from", "by"} or entry["by"] not in DERIVE:
-            raise DeriveError(f"{where}: derived[{name!r}]: expected {{'from': FILE, 'by': one of {sorted(DERIVE)}}}")
+        if not isinstance(entry, dict) or set(entry) - {"onnxruntime"} != {"from", "by"} or entry["by"] not in DERIVE:
+            raise DeriveError(
+                f"{where}: derived[{name!r}]: expected {{'from': FILE, 'by': one of {sorted(DERIVE)}, 'onnxruntime': "
+                "VERSION}"
+            )
         out[name] = (str(entry["from"]), str(entry["by"]))
     return out
 
@@ -162,7 +166,10 @@ def derive_missing(bundle_dir: Path, manifest: dict[str, Any], force: bool = Fal
         fd, tmp_name = tempfile.mkstemp(dir=bundle_dir, prefix=f".{name}.", suffix=".tmp")
         os.close(fd)
         try:
-            DERIVE[how](bundle_dir / source, Path(tmp_name), int(manifest["model"]["h"]))
+            try:
+                DERIVE[how](bundle_dir / source, Path(tmp_name), int(manifest["model"]["h"]))
+            except Exception as e:  # ONNX Runtime's and onnx's errors have no common base: one line, naming the file
+                raise DeriveError(f"{dest}: cannot be derived from {source} ({type(e).__name__}: {e})") from e
             os.chmod(tmp_name, 0o644)  # readable as the shipped files are (mkstemp's are the owner's only)
             os.replace(tmp_name, dest)
         finally:

@@ -8,6 +8,7 @@ import warnings
 from pathlib import Path
 
 import onnx
+import onnxruntime as ort
 
 from model.export.build import export_fast_decoder, export_fast_encoder
 from model.export.bundle import write_manifest
@@ -51,7 +52,10 @@ def add_int8(bundle_dir: Path) -> None:
     manifest["graphs"]["int8"] = {role: f"{role}.int8.onnx" for role in ("encoder", "decoder")}
     manifest["derived"] = {
         **manifest.get("derived", {}),
-        **{f"{role}.int8.onnx": {"from": INT8_SOURCES[role], "by": INT8_HOW[role]} for role in INT8_SOURCES},
+        **{
+            f"{role}.int8.onnx": {"from": INT8_SOURCES[role], "by": INT8_HOW[role], "onnxruntime": ort.__version__}
+            for role in INT8_SOURCES
+        },
     }
     derive_missing(bundle_dir, manifest, force=True)
     forms = {"encoder.int8.onnx": FAST_ENCODER, "decoder.int8.onnx": fast_decoder_form(greedy=False)}

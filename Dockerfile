@@ -26,6 +26,8 @@ COPY third_party third_party
 COPY service service
 COPY model model
 RUN pip install --no-cache-dir --no-deps .
+# The int8 graphs are derived from the shipped ones (service/derive.py) here: the runtime's bundle is read-only.
+RUN attnserve derive model/bundles/en-ja
 
 # ---- GPU base: CUDA 12 + cuDNN 9 runtime libraries and the distribution's Python (3.12 on Ubuntu 24.04) ----
 FROM ${CUDA_IMAGE} AS gpu-base
@@ -49,6 +51,8 @@ COPY third_party third_party
 COPY service service
 COPY model model
 RUN pip install --no-cache-dir --no-deps .
+# The int8 graphs are derived from the shipped ones (service/derive.py) here: the runtime's bundle is read-only.
+RUN attnserve derive model/bundles/en-ja
 
 # ---- GPU runtime: docker build --target gpu ----
 FROM gpu-base AS gpu
@@ -60,7 +64,7 @@ LABEL org.opencontainers.image.title="attnserve (GPU)" \
 RUN groupadd --system --gid 10001 attnserve \
     && useradd --system --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin attnserve
 COPY --from=gpu-builder /opt/venv /opt/venv
-COPY model/bundles/en-ja /opt/attnserve/bundles/en-ja
+COPY --from=gpu-builder /src/model/bundles/en-ja /opt/attnserve/bundles/en-ja
 ENV PATH=/opt/venv/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
     ATTNSERVE_BUNDLES='["/opt/attnserve/bundles/en-ja"]' ATTNSERVE_PROVIDER=cuda \
     ATTNSERVE_HOST=0.0.0.0 ATTNSERVE_PORT=8000
@@ -83,7 +87,7 @@ LABEL org.opencontainers.image.title="attnserve" \
 RUN groupadd --system --gid 10001 attnserve \
     && useradd --system --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin attnserve
 COPY --from=cpu-builder /opt/venv /opt/venv
-COPY model/bundles/en-ja /opt/attnserve/bundles/en-ja
+COPY --from=cpu-builder /src/model/bundles/en-ja /opt/attnserve/bundles/en-ja
 ENV PATH=/opt/venv/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
     ATTNSERVE_BUNDLES='["/opt/attnserve/bundles/en-ja"]' ATTNSERVE_PROVIDER=cpu \
     ATTNSERVE_HOST=0.0.0.0 ATTNSERVE_PORT=8000

@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 SVENV := .venv-service
 BUNDLE ?= model/bundles/en-ja
 
-.PHONY: serve test test-service lint format clean
+.PHONY: serve derive test test-service lint format clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -26,7 +26,11 @@ $(SVENV)/.test: pyproject.toml service/*.c service/*.h
 	$(SVENV)/bin/pip install -q -e '.[test]'
 	touch $@
 
-serve: $(VENV)/.service
+# The bundle's int8 graphs, derived from its shipped graphs (service/derive.py); serve would derive them on start.
+derive: $(VENV)/.service
+	$(BIN)/attnserve derive $(BUNDLE)
+
+serve: derive
 	$(BIN)/attnserve serve --bundle $(BUNDLE) --host 127.0.0.1 --port 8000
 
 lint: $(VENV)/.dev

@@ -218,8 +218,12 @@ def load_bundle(path: Path, verify: bool = True) -> Bundle:
         path: the bundle directory.
         verify: compare every file's sha256 with the manifest.
 
+    The manifest's derived graphs (the int8 variant) that are missing are derived first (:mod:`service.derive`), in
+    the bundle directory, which then must be writable.
+
     Raises:
-        BundleError: no manifest, an unknown format, a missing file or a checksum mismatch.
+        BundleError: no manifest, an unknown format, a missing file, a checksum mismatch, or a derived graph that is
+            missing from a read-only directory.
     """
     manifest_path = path / "manifest.json"
     if not manifest_path.is_file():
@@ -240,19 +244,73 @@ def load_bundle(path: Path, verify: bool = True) -> Bundle:
     needed |= set(forms)
     if tok.get("vocab"):
         needed.add(tok["vocab"])
-    for name in sorted(needed | set(hashes)):
-        file = path / name
-        if not file.is_file():
-            raise BundleError(f"{path}: {name} is missing")
-        if verify:
-            if name not in hashes:
-                raise BundleError(f"{manifest_path}: no sha256 for {name}")
-            if sha256(file) != hashes[name]:
-                raise BundleError(f"{file}: sha256 does not match the manifest — the file is corrupted or replaced")
+    derived = derived_names(path, manifest)
+    for name in sorted((needed | set(hashes)) - derived):  # the derived graphs' sources checked before they are read
+        check_file(path, name, hashes if verify else None)
+    derive_bundle(path, manifest, derived)
+    for name in sorted(derived):
+        check_file(path, name, hashes if verify else None, derived=True)
     spec = ModelSpec.from_manifest(manifest["model"])
     vocab = json.loads((path / tok["vocab"]).read_text()) if tok.get("vocab") else None
     tokenizer = Tokenizer(path / tok["source"], path / tok["target"], vocab, spec)
     return Bundle(path=path, manifest=manifest, spec=spec, tokenizer=tokenizer, forms=forms)
+
+
+def check_file(path: Path, name: str, hashes: dict[str, str] | None, derived: bool = False) -> None:
+    """Raise unless the bundle's file ``name`` exists and, with ``hashes``, has the manifest's sha256.
+
+    Raises:
+        BundleError: naming the file; for a ``derived`` graph, how to derive it again.
+    """
+    file = path / name
+    if not file.is_file():
+        raise BundleError(f"{path}: {name} is missing")
+    if hashes is None:
+        return
+    if name not in hashes:
+        raise BundleError(f"{path / 'manifest.json'}: no sha256 for {name}")
+    if sha256(file) == hashes[name]:
+        return
+    if derived:
+        import onnxruntime
+
+        entry = json.loads((path / "manifest.json").read_text())["derived"][name]
+        raise BundleError(
+            f"{file}: sha256 does not match the manifest — a derived graph that differs (damaged, or derived by "
+            f"onnxruntime {onnxruntime.__version__}, the manifest's by {entry.get('onnxruntime', 'an unknown one')}): "
+            f"delete it to derive it again, or run `attnserve derive {path} --force`"
+        )
+    raise BundleError(f"{file}: sha256 does not match the manifest — the file is corrupted or replaced")
+
+
+def derived_names(path: Path, manifest: dict[str, Any]) -> set[str]:
+    """The files of the manifest's ``derived`` (:mod:`service.derive`).
+
+    Raises:
+        BundleError: ``derived`` is malformed.
+    """
+    from service.derive import DeriveError, derived_entries
+
+    try:
+        return set(derived_entries(str(path / "manifest.json"), manifest))
+    except DeriveError as e:
+        raise BundleError(str(e)) from None
+
+
+def derive_bundle(path: Path, manifest: dict[str, Any], names: set[str]) -> None:
+    """Derive those of the derived graphs ``names`` that are missing (:func:`service.derive.derive_missing`).
+
+    Raises:
+        BundleError: a missing graph cannot be derived (a read-only directory).
+    """
+    if all((path / name).is_file() for name in names):
+        return
+    from service.derive import DeriveError, derive_missing
+
+    try:
+        derive_missing(path, manifest)
+    except DeriveError as e:
+        raise BundleError(str(e)) from None
 
 
 def graph_forms(manifest_path: Path, manifest: dict[str, Any]) -> dict[str, GraphForm]:

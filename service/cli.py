@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from service import translate_po
+from service import derive_cli, translate_po
 
 if TYPE_CHECKING:
     from service.settings import Settings
@@ -45,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             p.add_argument("--json", action="store_true", help="print the texts as a JSON list")
     translate_po.add_parser(sub)
+    derive_cli.add_parser(sub)
     return parser
 
 
@@ -54,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
         model_cli = importlib.import_module("model.cli")
         return int(model_cli.main(argv))
     args = build_parser().parse_args(argv)
+    if args.command == "derive":
+        return derive_cli.main(args)
     from service.startup import StartupError, load_settings
 
     overrides = {k: v for k, v in (("host", getattr(args, "host", None)), ("port", getattr(args, "port", None))) if v}

@@ -15,6 +15,7 @@ import torch
 from model.export.build import export_fast_decoder, export_graphs
 from model.export.check import check_graphs
 from model.export.forms import EXACT_DECODER, EXACT_ENCODER, fast_decoder_form
+from model.export.store import WEIGHTS, store_weights_once
 from model.export.weights import graph_weights, load_state_dict, weight_aliases
 from model.transformer import Transformer, TransformerConfig
 from service.bundle import FORMAT, sha256
@@ -103,11 +104,13 @@ def export_bundle(
             },
             "weights": {
                 "source": "float32 graph initializers named as the PyTorch state dict (model/export)",
+                "stored": f"{WEIGHTS}: every graph's initializers of 1 KiB or more, each distinct tensor once",
                 "aliases": weight_aliases(model, graph_weights(tmp, graphs)),
             },
             "scores": scores or [],
             "provenance": {"exported": _dt.date.today().isoformat(), **(provenance or {})},
         }
+        store_weights_once(tmp, list(graphs.values()))
         write_manifest(tmp, manifest)
         worst = check_graphs(model, tmp)
         check_weights_read_back(model, tmp)

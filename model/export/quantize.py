@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import json
 import logging
-import tempfile
 import warnings
 from pathlib import Path
 
 import onnx
+import onnxruntime as ort
 
 from model.export.build import export_fast_decoder, export_fast_encoder
 from model.export.bundle import write_manifest
 from model.export.check import check_graphs
 from model.export.forms import EXACT_DECODER, EXACT_ENCODER, FAST_ENCODER, fast_decoder_form, with_graph_forms
-from model.export.kernels import attention_kernels, kernel_session
+from model.export.store import store_weights_once
 from model.export.weights import load_model
+from service.derive import derive_missing
 
 log = logging.getLogger(__name__)
 
@@ -25,34 +26,38 @@ log = logging.getLogger(__name__)
 FLOAT16_TOLERANCE = 0.1
 
 
+INT8_SOURCES = {"encoder": "encoder.fast.onnx", "decoder": "decoder.fast.logits.onnx"}  # shipped; int8 derived
+INT8_HOW = {"encoder": "int8-encoder", "decoder": "int8-decoder"}  # service.derive.DERIVE
+
+
 def add_int8(bundle_dir: Path) -> None:
     """Add the ``int8`` variant for /translate: ONNX Runtime dynamic quantization (int8 weights of every MatMul)
     of the fast encoder and of the fast decoder (fused attention, no attention outputs; the decoder's caches
-    written in place), rebuilt from the bundle's own weights and checked against PyTorch before they are quantized.
+    written in place), rebuilt from the bundle's own weights and checked against PyTorch.
 
-    The graphs are first optimized offline (transposes of weights folded into initializers) so that the
-    quantizer sees constant MatMul weights: the encoder with attnserve's kernels registered, the fast decoder
-    through ONNX Runtime's attention kernels (quant_pre_process cannot load attnserve's) and back to attnserve's at
-    the end. The float32 graphs stay: /attention serves exact weights from them, and they carry the weights for
-    ``export-marian``.
+    The bundle ships the two fast graphs the quantizer reads (INT8_SOURCES: the encoder with attnserve's kernels,
+    the decoder with ONNX Runtime's, which quant_pre_process can load), their weights in the shared weights file,
+    and derives the int8 graphs from them without torch (:mod:`service.derive`, on first load); the manifest's
+    ``derived`` says how and its sha256 what they must be. The float32 graphs stay: /attention serves exact
+    weights from them, and they carry the weights for ``export-marian``.
     """
-    from onnxruntime.quantization import QuantType, quant_pre_process, quantize_dynamic
-
     manifest = json.loads((bundle_dir / "manifest.json").read_text())
     model = load_model(bundle_dir)
-    with tempfile.TemporaryDirectory() as tmp:
-        encoder, decoder = Path(tmp) / "encoder.fast.onnx", Path(tmp) / "decoder.fast.onnx"
-        log.info("fast encoder matches PyTorch within %.2g", export_fast_encoder(model, encoder))
-        worst = export_fast_decoder(model, decoder, kernels="onnxruntime")  # what the quantizer can load
-        log.info("fast decoder matches PyTorch within %.2g", worst)
-        prepared = {role: Path(tmp) / f"{role}.prepared.onnx" for role in ("encoder", "decoder")}
-        kernel_session(encoder, optimized=prepared["encoder"])
-        quant_pre_process(decoder, prepared["decoder"], skip_symbolic_shape=True)
-        for role, graph in prepared.items():
-            quantize_dynamic(graph, bundle_dir / f"{role}.int8.onnx", weight_type=QuantType.QInt8)
-        attention_kernels(bundle_dir / "decoder.int8.onnx", model.config.h, "attnserve")
-        attention_kernels(bundle_dir / "encoder.int8.onnx", model.config.h, "attnserve")  # imports what it uses
+    sources = {role: bundle_dir / name for role, name in INT8_SOURCES.items()}
+    log.info("fast encoder matches PyTorch within %.2g", export_fast_encoder(model, sources["encoder"]))
+    worst = export_fast_decoder(model, sources["decoder"], kernels="onnxruntime")  # what the quantizer can load
+    log.info("fast decoder matches PyTorch within %.2g", worst)
+    graphs = [name for name in manifest["graphs"].values() if isinstance(name, str)]
+    store_weights_once(bundle_dir, [*graphs, *INT8_SOURCES.values()])
     manifest["graphs"]["int8"] = {role: f"{role}.int8.onnx" for role in ("encoder", "decoder")}
+    manifest["derived"] = {
+        **manifest.get("derived", {}),
+        **{
+            f"{role}.int8.onnx": {"from": INT8_SOURCES[role], "by": INT8_HOW[role], "onnxruntime": ort.__version__}
+            for role in INT8_SOURCES
+        },
+    }
+    derive_missing(bundle_dir, manifest, force=True)
     forms = {"encoder.int8.onnx": FAST_ENCODER, "decoder.int8.onnx": fast_decoder_form(greedy=False)}
     write_manifest(bundle_dir, with_graph_forms(manifest, forms))
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.bundle import sha256
+from service.bundle import load_bundle, sha256
 from tests.service.process import REPO, ServeProcess, free_port
 
 
@@ -107,6 +107,23 @@ def test_damaged_bundle_stops_start_up_in_one_line(kind: str, tiny_bundle: Path,
     damage(bundle)
     line = check_one_line(serve({"ATTNSERVE_BUNDLES": str(bundle)}), names, todo)
     assert str(bundle) in line  # the file or directory, by its path
+
+
+def test_damaged_derived_graph_stops_start_up_in_one_line(tiny_int8_bundle: Path, tmp_path: Path) -> None:
+    """A derived graph (the cache of service/derive.py) that differs from the manifest's sha256 is named, with
+    how to derive it again; deleted, it is derived again and the same checks pass."""
+    bundle = Path(shutil.copytree(tiny_int8_bundle, tmp_path / "bundle"))
+    data = bytearray((bundle / "decoder.int8.onnx").read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (bundle / "decoder.int8.onnx").write_bytes(bytes(data))
+    line = check_one_line(serve({"ATTNSERVE_BUNDLES": str(bundle)}), "decoder.int8.onnx: sha256", "derive it again")
+    assert str(bundle) in line
+    (bundle / "decoder.int8.onnx").unlink()
+    load_bundle(bundle)
+    assert (
+        sha256(bundle / "decoder.int8.onnx")
+        == json.loads((bundle / "manifest.json").read_text())["sha256"]["decoder.int8.onnx"]
+    )
 
 
 def test_two_bundles_of_one_pair(tiny_bundle: Path, tmp_path: Path) -> None:

@@ -1,0 +1,178 @@
+"""Graphs a bundle derives instead of shipping: the int8 variant, quantized without torch (ONNX Runtime's dynamic
+quantization) from the fast graphs that the bundle ships, written beside them on first load and checked against
+the manifest's sha256.
+
+The manifest's ``derived`` object maps each derived file to ``{"from": SOURCE, "by": HOW, "onnxruntime": VERSION}``:
+``HOW`` is one of :data:`DERIVE`, ``VERSION`` the ONNX Runtime that derived the manifest's sha256 (another version's
+optimizer and quantizer may write other bytes, which the sha256 check then refuses). A derived file is the cache:
+present, it is verified like every other file; missing, it is derived again if the bundle directory is writable (a
+read-only one, such as a Docker image's, derives at build time: ``attnserve derive DIR``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+log = logging.getLogger(__name__)
+
+KERNELS = "attnserve"  # the domain of attnserve's own ONNX Runtime kernels (service/_attention.c)
+ONNXRUNTIME = {"Attention": "MultiHeadAttention", "CachedAttention": "GroupQueryAttention"}  # com.microsoft's
+OURS = {theirs: ours for ours, theirs in ONNXRUNTIME.items()}
+Kernels = Literal["attnserve", "onnxruntime"]
+
+
+class DeriveError(ValueError):
+    """A derived graph cannot be written; the message names the file."""
+
+
+def attention_kernels(path: Path, h: int, kernels: Kernels) -> None:
+    """Whose kernels a graph's attention nodes run, in place: attnserve's (domain ``attnserve``, service/_attention.c:
+    ``Attention`` and ``CachedAttention``, as exported) or ONNX Runtime's (``com.microsoft`` MultiHeadAttention with no
+    bias, GroupQueryAttention with h key/value heads: the form that ONNX Runtime's quantizer can load, without
+    attnserve's library). Either form converts to the other; the graph imports only the domains its nodes use."""
+    import onnx
+
+    graph = onnx.load(str(path))
+    for node in graph.graph.node:
+        if node.domain == KERNELS and node.op_type in ONNXRUNTIME:
+            name = node.op_type
+        elif node.domain == "com.microsoft" and node.op_type in OURS:
+            name = OURS[node.op_type]
+        else:
+            continue
+        inputs = list(node.input)
+        if name == "Attention":  # (q, K, V, mask); MultiHeadAttention's are (q, K, V, bias, mask)
+            inputs = [*inputs[:3], inputs[-1]] if kernels == "attnserve" else [*inputs[:3], "", inputs[-1]]
+        del node.input[:], node.attribute[:]
+        node.input.extend(inputs)  # CachedAttention's are GroupQueryAttention's first seven
+        if kernels == "attnserve":
+            node.domain, node.op_type = KERNELS, name
+        else:
+            node.domain, node.op_type = "com.microsoft", ONNXRUNTIME[name]
+            heads = ("num_heads", "kv_num_heads") if name == "CachedAttention" else ("num_heads",)
+            node.attribute.extend(onnx.helper.make_attribute(a, h) for a in heads)
+    used = {node.domain for node in graph.graph.node}
+    # ONNX's own domain, and any other that a node uses (ONNX Runtime's optimized graphs import a dozen more)
+    others = used - {KERNELS, "com.microsoft"}
+    imports = [o for o in graph.opset_import if o.domain in ("", "ai.onnx") or o.domain in others]
+    del graph.opset_import[:]
+    graph.opset_import.extend(
+        [*imports, *(onnx.helper.make_opsetid(d, 1) for d in (KERNELS, "com.microsoft") if d in used)]
+    )
+    onnx.save(graph, str(path))
+
+
+def kernel_session(path: Path, optimized: Path | None = None) -> Any:
+    """An ONNX Runtime session (CPU) of the graph at ``path`` with attnserve's kernels registered, as the runner makes
+    them; ``optimized``: where to write the graph after ONNX Runtime's basic optimizations (weight transposes folded
+    into initializers), what the quantizer needs."""
+    import onnxruntime as ort
+
+    from service.runner import attention_library
+
+    opts = ort.SessionOptions()
+    opts.register_custom_ops_library(attention_library())
+    if optimized is not None:
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        opts.optimized_model_filepath = str(optimized)
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
+def inline(source: Path, tmp: Path) -> Path:
+    """``source`` with its external data read in, as one file in ``tmp``: ONNX Runtime's optimized graphs and the
+    quantizer's copies keep external references relative to where they are written."""
+    import onnx
+
+    whole = tmp / f"inline.{source.name}"
+    onnx.save(onnx.load(str(source)), str(whole))
+    return whole
+
+
+def int8_encoder(source: Path, dest: Path, h: int) -> None:
+    """The int8 encoder: the fast encoder (attnserve's kernels) optimized offline so that every MatMul's weight is a
+    constant, then int8 weights for every MatMul (``quantize_dynamic``, QInt8)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    with tempfile.TemporaryDirectory() as tmp:
+        prepared = Path(tmp) / "prepared.onnx"
+        kernel_session(inline(source, Path(tmp)), optimized=prepared)
+        quantize_dynamic(prepared, dest, weight_type=QuantType.QInt8)
+    attention_kernels(dest, h, "attnserve")  # imports only the domains it uses
+
+
+def int8_decoder(source: Path, dest: Path, h: int) -> None:
+    """The int8 decoder: the fast decoder with ONNX Runtime's attention kernels (what ``quant_pre_process`` can
+    load) prepared, quantized as :func:`int8_encoder` does, and switched back to attnserve's kernels."""
+    from onnxruntime.quantization import QuantType, quant_pre_process, quantize_dynamic
+
+    with tempfile.TemporaryDirectory() as tmp:
+        prepared = Path(tmp) / "prepared.onnx"
+        quant_pre_process(inline(source, Path(tmp)), prepared, skip_symbolic_shape=True)
+        quantize_dynamic(prepared, dest, weight_type=QuantType.QInt8)
+    attention_kernels(dest, h, "attnserve")
+
+
+DERIVE: dict[str, Callable[[Path, Path, int], None]] = {"int8-encoder": int8_encoder, "int8-decoder": int8_decoder}
+
+
+def derived_entries(where: str, manifest: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """The manifest's ``derived`` object as derived file -> (source file, how).
+
+    Raises:
+        DeriveError: the entry is malformed or names an unknown way.
+    """
+    entries = manifest.get("derived", {})
+    if not isinstance(entries, dict):
+        raise DeriveError(f"{where}: derived: expected an object")
+    out = {}
+    for name, entry in sorted(entries.items()):
+        if not isinstance(entry, dict) or set(entry) - {"onnxruntime"} != {"from", "by"} or entry["by"] not in DERIVE:
+            raise DeriveError(
+                f"{where}: derived[{name!r}]: expected {{'from': FILE, 'by': one of {sorted(DERIVE)}, 'onnxruntime': "
+                "VERSION}"
+            )
+        out[name] = (str(entry["from"]), str(entry["by"]))
+    return out
+
+
+def derive_missing(bundle_dir: Path, manifest: dict[str, Any], force: bool = False) -> list[Path]:
+    """Derive every file of the manifest's ``derived`` that is missing (or every one, with ``force``) into
+    ``bundle_dir``, each written to a temporary file and renamed, so that a reader never sees half a graph.
+
+    Returns:
+        The files derived.
+
+    Raises:
+        DeriveError: the directory is not writable, or a source is missing.
+    """
+    derived = []
+    for name, (source, how) in derived_entries(str(bundle_dir / "manifest.json"), manifest).items():
+        dest = bundle_dir / name
+        if dest.is_file() and not force:
+            continue
+        if not (bundle_dir / source).is_file():
+            raise DeriveError(f"{bundle_dir / source}: missing (the source of the derived {name})")
+        if not os.access(bundle_dir, os.W_OK):
+            raise DeriveError(
+                f"{dest}: missing, and {bundle_dir} is read-only — run `attnserve derive {bundle_dir}` where it is "
+                "writable (the Docker image derives at build time)"
+            )
+        log.info("deriving %s from %s (%s)", dest, source, how)
+        fd, tmp_name = tempfile.mkstemp(dir=bundle_dir, prefix=f".{name}.", suffix=".tmp")
+        os.close(fd)
+        try:
+            try:
+                DERIVE[how](bundle_dir / source, Path(tmp_name), int(manifest["model"]["h"]))
+            except Exception as e:  # ONNX Runtime's and onnx's errors have no common base: one line, naming the file
+                raise DeriveError(f"{dest}: cannot be derived from {source} ({type(e).__name__}: {e})") from e
+            os.chmod(tmp_name, 0o644)  # readable as the shipped files are (mkstemp's are the owner's only)
+            os.replace(tmp_name, dest)
+        finally:
+            Path(tmp_name).unlink(missing_ok=True)
+        derived.append(dest)
+    return derived

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -305,7 +305,12 @@ class Engine:
             requests = [self._request(t, options, options.details) for t in texts]
             return self._translations(requests, await self._queued(requests, gone, arrival), options)
         requests = self._segment_requests(prepared, options)
-        return self._finished(prepared, requests, await self._queued(requests, gone, arrival), options)
+        results = await self._queued(requests, gone, arrival)
+        if again := self._unplaced(prepared, results):
+            redone = await self._queued([replace(requests[i], attention=True) for i in again], gone, arrival)
+            for i, result in zip(again, redone, strict=True):
+                results[i] = result
+        return self._finished(prepared, requests, results, options)
 
     async def _queued(
         self, requests: list[DecodeRequest], gone: Gone | None, arrival: float | None
@@ -327,6 +332,10 @@ class Engine:
         if prepared is not None:
             requests = self._segment_requests(prepared, options)
             results = self._decode_now(requests, False) if requests else []
+            if again := self._unplaced(prepared, results):
+                redone = self._decode_now([replace(requests[i], attention=True) for i in again], False)
+                for i, result in zip(again, redone, strict=True):
+                    results[i] = result
             return self._finished(prepared, requests, results, options)
         requests = [self._request(t, options, options.details) for t in texts]
         return self._translations(requests, self._decode_now(requests, False), options)
@@ -345,8 +354,18 @@ class Engine:
             raise TooLarge(f"a text has {longest} characters; the limit is max_chars={limit}", "max_chars", limit)
 
     def _segment_requests(self, prepared: Prepared, options: Options) -> list[DecodeRequest]:
-        """One request a segment; those with spans collect attention, which places them."""
-        return [self._request(s.source, options, options.details or s.masked is not None) for s in prepared.segments]
+        """One request a segment, on the fast graphs unless details want attention."""
+        return [self._request(s.source, options, options.details) for s in prepared.segments]
+
+    def _unplaced(self, prepared: Prepared, results: list[DecodeResult]) -> list[int]:
+        """The segments whose spans need cross-attention to be placed (the model did not copy every stand-in):
+        they decode again with attention rows."""
+        needs = self.text.needs_attention
+        return [
+            i
+            for i, (segment, result) in enumerate(zip(prepared.segments, results, strict=True))
+            if any(needs(segment, h) for h in result.hypotheses)
+        ]
 
     def _finished(
         self, prepared: Prepared, requests: list[DecodeRequest], results: list[DecodeResult], options: Options

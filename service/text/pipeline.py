@@ -1,6 +1,6 @@
 """Texts around decoding: each text cut into the sentences to decode (its whitespace, lines and empty lines kept),
 their protected spans and glossary terms masked, and after decoding the translations put back together with every
-span placed by cross-attention.
+span placed where the model copied its stand-in, or by cross-attention.
 
 The engine calls :meth:`TextPipeline.prepare` before decoding and :meth:`Prepared.finish` after it; a request
 whose texts are all plain gets None from ``prepare`` and decodes as it always did.
@@ -16,7 +16,7 @@ import numpy as np
 from service.bundle import Tokenizer
 from service.decoding import Hypothesis
 from service.text.lines import Layout, layout
-from service.text.placement import DEFAULT, Aggregation, positions, restore
+from service.text.placement import DEFAULT, Aggregation, copied, in_order, positions, restore
 from service.text.sentences import sentences
 from service.text.spans import Masked, find_spans, has_spans, mask
 
@@ -147,8 +147,17 @@ class TextPipeline:
             prepared.parts.append(stretches)
         return prepared
 
+    def needs_attention(self, segment: Segment, hyp: Hypothesis) -> bool:
+        """Whether placing the segment's spans in this hypothesis needs cross-attention it lacks: the model did not
+        copy every stand-in."""
+        if segment.masked is None or hyp.cross_attention:
+            return False
+        tok = self.tokenizer
+        return None in copied(segment.masked, tok.pieces([t for t in hyp.tokens if t not in tok.special]))
+
     def restored(self, segment: Segment, src: list[int], hyp: Hypothesis) -> str:
-        """One hypothesis' text, with the segment's spans put back where cross-attention places them."""
+        """One hypothesis' text, with the segment's spans put back where the model copied their stand-ins, and
+        where cross-attention places those it did not copy."""
         tok = self.tokenizer
         tokens = [t for t in hyp.tokens if t not in tok.special]
         if segment.plain:
@@ -156,11 +165,11 @@ class TextPipeline:
         if segment.masked is None:
             return _one_line(tok.decode(hyp.tokens))
         pieces = tok.pieces(tokens)
-        weights = self.aggregation.apply(np.stack(hyp.cross_attention)) if hyp.cross_attention else None
-        if weights is None:
-            places: list[int | None] = [None] * len(segment.masked.outputs)
-        else:
-            places = positions(segment.masked, tok.pieces(src), weights, len(tokens))
+        places = copied(segment.masked, pieces)
+        if None in places and hyp.cross_attention:
+            weights = self.aggregation.apply(np.stack(hyp.cross_attention))
+            read = positions(segment.masked, tok.pieces(src), weights, len(tokens))
+            places = in_order(segment.masked, [c if c is not None else r for c, r in zip(places, read, strict=True)])
         return _one_line(restore(segment.masked, pieces, places, _detokenizer(tok)))
 
 

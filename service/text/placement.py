@@ -1,8 +1,10 @@
-"""Where each masked span goes in the translation, read from cross-attention.
+"""Where each masked span goes in the translation: where the model copied its stand-in, else read from
+cross-attention.
 
-A span goes before the target token whose cross-attention, aggregated over layers and heads as
-:class:`Aggregation` says, puts the most weight on the span's stand-in in the source. Stand-ins the model copied
-are dropped first: the span's own position is the attention's answer, not the copy's.
+A stand-in the model copied marks its span's place (the copy itself is dropped). A span whose stand-in it did not
+copy goes before the target token whose cross-attention, aggregated over layers and heads as :class:`Aggregation`
+says, puts the most weight on the stand-in in the source. docs/BENCHMARKS.md ("Protected spans") measures the
+choice on dev.
 """
 
 from __future__ import annotations
@@ -70,6 +72,12 @@ def positions(
             continue
         mass = weights[:n_target, cols].sum(axis=1)
         out.append(int(mass.argmax()))
+    return in_order(masked, out)
+
+
+def in_order(masked: Masked, places: list[int | None]) -> list[int | None]:
+    """``places`` with the ordered groups' places sorted among themselves, so they keep their source order."""
+    out = list(places)
     ordered = [i for i, o in enumerate(masked.ordered) if o and out[i] is not None]
     for i, p in zip(ordered, sorted(out[i] for i in ordered), strict=True):  # type: ignore[type-var]
         out[i] = p
@@ -116,7 +124,6 @@ def _text(pieces: list[str], detokenize: Callable[[list[str]], str], inner: bool
 
 
 def copied(masked: Masked, target_pieces: list[str]) -> list[int | None]:
-    """Each group's place where the model copied its stand-in (its first copy), None where it did not: the
-    alternative to :func:`positions` that docs/BENCHMARKS.md measures."""
+    """Each group's place where the model copied its stand-in (its first copy), None where it did not."""
     found = piece_positions(target_pieces)
     return [found[i][0] if i in found else None for i in range(len(masked.outputs))]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from service.bundle import ModelSpec
+from service.decoding import DecodeRequest, DecodeResult
 from service.engine import Engine, Filters, Options, Runners, Translation, distinct
 from service.errors import NoSuchIndex, TooLarge
 from service.http import errors
@@ -108,3 +110,20 @@ def test_alternatives_skip_texts_already_given() -> None:
     assert distinct(["a", "a", "b", "a", "b", "c", "d"], 2) == ["b", "c"]
     assert distinct(["a", "a", "a"], 2) == []
     assert distinct(["a"], 1) == []
+
+
+def test_span_texts_decode_on_the_fast_graphs_and_only_unplaced_ones_again(tiny_bundle: Path) -> None:
+    engine = Engine.load(tiny_bundle, Settings(bundles=[tiny_bundle]))
+    calls: list[list[DecodeRequest]] = []
+    decode_now = engine._decode_now
+
+    def recorded(requests: list[DecodeRequest], exact: bool) -> list[DecodeResult]:
+        calls.append(requests)
+        return decode_now(requests, exact)
+
+    engine._decode_now = recorded  # type: ignore[method-assign]
+    out = engine.translate_now(["Open %s now", "Save as", "Close {name}"], Options())
+    first, again = calls  # the random model copies no stand-in: the two span texts decode again, with attention
+    assert not any(r.attention for r in first)
+    assert [r.src for r in again] == [first[0].src, first[2].src] and all(r.attention for r in again)
+    assert "%s" in out[0].text and "{name}" in out[2].text

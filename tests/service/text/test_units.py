@@ -130,3 +130,30 @@ def test_the_tiny_vocabulary_lets_ordinary_sentences_take_the_fast_path(tiny_bun
     assert pipeline.plain("Open the selected file")
     assert pipeline.prepare(["Open the selected file", "Save as"]) is None
     assert not pipeline.plain("Open %s") and not pipeline.plain(" Open") and not pipeline.plain("a\nb")
+
+
+def test_copied_stand_ins_place_their_spans_and_only_lost_ones_need_attention(tiny_bundle: Path) -> None:
+    from service.bundle import load_bundle
+    from service.decoding import Hypothesis
+    from service.text.pipeline import TextPipeline
+
+    tok = load_bundle(tiny_bundle).tokenizer
+    pipeline = TextPipeline(tok, "en", 200)
+    prepared = pipeline.prepare(["Open %s now"])
+    assert prepared is not None
+    (segment,) = prepared.segments
+    assert segment.source == "Open {0} now"
+    src = tok.encode_source(segment.source)
+    copy = Hypothesis(tok.encode_target("now {0} open"), [])
+    assert not pipeline.needs_attention(segment, copy)
+    assert pipeline.restored(segment, src, copy) == "now %s open"
+
+    lost = Hypothesis(tok.encode_target("now open"), [])
+    assert pipeline.needs_attention(segment, lost)
+    assert pipeline.restored(segment, src, lost) == "now open%s"  # without attention: appended, never dropped
+    stand_in = piece_positions(tok.pieces(src))[0]
+    cross = np.full((len(lost.tokens), 2, 2, len(src)), 0.01)
+    cross[4, -1, :, stand_in] = 1.0  # read while making "▁" before "open"
+    read = Hypothesis(lost.tokens, [], cross_attention=list(cross))
+    assert not pipeline.needs_attention(segment, read)
+    assert pipeline.restored(segment, src, read) == "now %s open"

@@ -176,12 +176,13 @@ def interleaved(engine: Engine, plain: list[str], with_spans: list[str], rounds:
         for text in texts:  # what detect_sources does a text; short strings may detect as another language
             detector.best(text)
 
-    configs = [(plain, bare, split, None), (plain, prepare, split, None), (plain, prepare, 1, None)]
+    Config = tuple[list[str], Callable[..., object], int, Callable[[list[str]], None] | None]
+    configs: list[Config] = [(plain, bare, split, None), (plain, prepare, split, None), (plain, prepare, 1, None)]
     configs += [(plain, prepare, split, detected), (with_spans, bare, split, None), (with_spans, prepare, split, None)]
     best = [0.0] * len(configs)
     for r in tqdm(range(rounds + 1), desc="speed", leave=False):
         for k, (texts, how, chars, before) in enumerate(configs):
-            engine.text.prepare, engine.text.split_chars = how, chars  # type: ignore[method-assign]
+            engine.text.prepare, engine.text.split_chars = how, chars  # type: ignore[method-assign,assignment]
             rate = speed(engine, texts, before)
             best[k] = max(best[k], rate) if r else 0.0
     engine.text.prepare, engine.text.split_chars = prepare, split  # type: ignore[method-assign]
@@ -189,7 +190,7 @@ def interleaved(engine: Engine, plain: list[str], with_spans: list[str], rounds:
 
 
 def again_share(engine: Engine, texts: list[str]) -> float:
-    """The share of the texts' segments with spans that the service decodes a second time, with attention."""
+    """The share of the texts' segments with spans whose cross-attention the service asks the forced decoder for."""
     prepared = engine.text.prepare(texts)
     assert prepared is not None
     segments = prepared.segments
@@ -298,7 +299,8 @@ def write(dev, test, choice, best, table, speeds, costs, n_plain, again) -> None
         f"{pct(detected, base)} |",
         f"| texts with spans, unmasked | {spans_base:.0f} | – |",
         f"| texts with spans, masked and placed (fast graphs; the {100 * again:.1f} % whose stand-ins the model "
-        f"did not all copy decode again on the exact graphs, with attention) | {spans_speed:.0f} | "
+        f"did not all copy get their cross-attention from one forced-decoder call on the exact graphs) | "
+        f"{spans_speed:.0f} | "
         f"{pct(spans_speed, spans_base)} |",
     ]
     checks, splitting, detecting, masking = costs

@@ -9,6 +9,7 @@ The layer/head aggregation is chosen on dev.tsv (placement accuracy) and every f
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections import Counter
@@ -267,7 +268,8 @@ def write(dev, test, choice, best, table, speeds, costs, n_plain, again) -> None
         "## Protected spans",
         "",
         f"`python bench/spans.py` on {machine()}; {versions('onnxruntime', 'sentencex')}. The test split's lines "
-        f"that carry a span ({len(test)} of them; dev: {len(dev)}), greedy decoding of model/bundles/en-ja.",
+        f"that carry a span ({len(test)} of them; dev: {len(dev)}), greedy decoding of model/bundles/en-ja. Load "
+        f"average when written: {os.getloadavg()[0]:.1f} (1 min), {os.getloadavg()[1]:.1f} (5 min).",
         "",
         "- *kept*: of the spans in the sources (format = printf, brace and Weblate markers; tags/entities; other = "
         "URLs, e-mail addresses, characters the vocabulary lacks), the share the output has (each occurrence counted).",

@@ -25,9 +25,8 @@ RUN apt-get update \
 COPY third_party third_party
 COPY service service
 COPY model model
-RUN pip install --no-cache-dir --no-deps .
 # The int8 graphs are derived from the shipped ones (service/derive.py) here: the runtime's bundle is read-only.
-RUN attnserve derive model/bundles/en-ja
+RUN pip install --no-cache-dir --no-deps . && attnserve derive model/bundles/en-ja
 
 # ---- GPU base: CUDA 12 + cuDNN 9 runtime libraries and the distribution's Python (3.12 on Ubuntu 24.04) ----
 FROM ${CUDA_IMAGE} AS gpu-base
@@ -50,9 +49,8 @@ RUN apt-get update \
 COPY third_party third_party
 COPY service service
 COPY model model
-RUN pip install --no-cache-dir --no-deps .
 # The int8 graphs are derived from the shipped ones (service/derive.py) here: the runtime's bundle is read-only.
-RUN attnserve derive model/bundles/en-ja
+RUN pip install --no-cache-dir --no-deps . && attnserve derive model/bundles/en-ja
 
 # ---- GPU runtime: docker build --target gpu ----
 FROM gpu-base AS gpu

@@ -9,6 +9,7 @@ The layer/head aggregation is chosen on dev.tsv (placement accuracy) and every f
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections import Counter
@@ -191,7 +192,7 @@ def interleaved(engine: Engine, plain: list[str], with_spans: list[str], rounds:
 
 
 def again_share(engine: Engine, texts: list[str]) -> float:
-    """The share of the texts' segments with spans that the service decodes a second time, with attention."""
+    """The share of the texts' segments with spans whose cross-attention the service asks the forced decoder for."""
     prepared = engine.text.prepare(texts)
     assert prepared is not None
     segments = prepared.segments
@@ -268,7 +269,8 @@ def write(dev, test, choice, best, table, speeds, costs, n_plain, again) -> None
         "## Protected spans",
         "",
         f"`python bench/spans.py` on {machine()}; {versions('onnxruntime', 'sentencex')}. The test split's lines "
-        f"that carry a span ({len(test)} of them; dev: {len(dev)}), greedy decoding of model/bundles/en-ja.",
+        f"that carry a span ({len(test)} of them; dev: {len(dev)}), greedy decoding of model/bundles/en-ja. Load "
+        f"average when written: {os.getloadavg()[0]:.1f} (1 min), {os.getloadavg()[1]:.1f} (5 min).",
         "",
         "- *kept*: of the spans in the sources (format = printf, brace and Weblate markers; tags/entities; other = "
         "URLs, e-mail addresses, characters the vocabulary lacks), the share the output has (each occurrence counted).",
@@ -300,7 +302,8 @@ def write(dev, test, choice, best, table, speeds, costs, n_plain, again) -> None
         f"{pct(detected, base)} |",
         f"| texts with spans, unmasked | {spans_base:.0f} | – |",
         f"| texts with spans, masked and placed (fast graphs; the {100 * again:.1f} % whose stand-ins the model "
-        f"did not all copy decode again on the exact graphs, with attention) | {spans_speed:.0f} | "
+        f"did not all copy get their cross-attention from one forced-decoder call on the exact graphs) | "
+        f"{spans_speed:.0f} | "
         f"{pct(spans_speed, spans_base)} |",
     ]
     checks, splitting, detecting, masking = costs

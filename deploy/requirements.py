@@ -1,6 +1,6 @@
 """Print the service's runtime requirements from pyproject.toml, one per line, for `pip install -r`.
 
-With --gpu, `onnxruntime` is replaced by the `gpu` extra (`onnxruntime-gpu`, and `onnx` for the device caches).
+With --gpu, `onnxruntime` is replaced by the `gpu` extra (`onnxruntime-gpu`).
 The two packages install the same `onnxruntime` module, so an image must hold exactly one of them; installing `.`
 and then swapping the package would leave pip's metadata inconsistent. The Dockerfile installs this list, then
 the project itself with --no-deps, so pyproject.toml stays the only place the dependencies are written.

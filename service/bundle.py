@@ -48,7 +48,8 @@ class GraphForm:
     """What a graph is, as the manifest's ``graph_forms`` says (the runner's flags; nothing sniffs ONNX names).
 
     Attributes:
-        role: ``encoder`` or ``decoder``.
+        role: ``encoder``, ``decoder``, or ``forced`` (a known target teacher-forced in one call: its
+            ``cross_attentions``; ``attentions`` is always true).
         attentions: it outputs attention weights (``encoder_attentions``; ``self_attentions``/``cross_attentions``).
         cache: a decoder's key/value caches: ``appended`` (past caches in, presents one slot longer out, with a
             ``self_attention_mask``) or ``in_place`` (buffers written in place, no mask); ``None`` for an encoder.
@@ -57,7 +58,7 @@ class GraphForm:
         greedy_tokens: a decoder takes ``logit_rows``/``token_rows`` and outputs greedy ``tokens``.
     """
 
-    role: Literal["encoder", "decoder"]
+    role: Literal["encoder", "decoder", "forced"]
     attentions: bool
     cache: Literal["appended", "in_place"] | None = None
     grouped_cross: bool = False
@@ -73,8 +74,8 @@ class GraphForm:
         if not isinstance(entry, dict):
             raise BundleError(f"{where}: expected an object, got {entry!r}")
         role = entry.get("role")
-        if role not in ("encoder", "decoder"):
-            raise BundleError(f"{where}: role {role!r}, expected 'encoder' or 'decoder'")
+        if role not in ("encoder", "decoder", "forced"):
+            raise BundleError(f"{where}: role {role!r}, expected 'encoder', 'decoder' or 'forced'")
         keys = {"role", "attentions", *(("cache", "grouped_cross", "greedy_tokens") if role == "decoder" else ())}
         if set(entry) != keys:
             raise BundleError(f"{where}: keys {sorted(entry)}, expected {sorted(keys)}")
@@ -83,6 +84,8 @@ class GraphForm:
             raise BundleError(f"{where}: {bad[0]} {entry[bad[0]]!r}, expected true or false")
         if "cache" in keys and entry["cache"] not in ("appended", "in_place"):
             raise BundleError(f"{where}: cache {entry['cache']!r}, expected 'appended' or 'in_place'")
+        if role == "forced" and entry["attentions"] is not True:
+            raise BundleError(f"{where}: a forced decoder gives cross-attention: attentions must be true")
         return cls(**entry)
 
     def to_manifest(self) -> dict[str, Any]:
@@ -187,8 +190,13 @@ class Bundle:
         """Graph variants besides float32 (e.g. ``int8``), as the manifest lists them."""
         return ["float32", *(k for k, v in self.manifest["graphs"].items() if isinstance(v, dict))]
 
+    def has_graph(self, role: str) -> bool:
+        """Whether float32 has a graph of ``role`` (``forced_decoder``: bundles exported before it have none)."""
+        return isinstance(self.manifest["graphs"].get(role), str)
+
     def graph(self, role: str, variant: str = "float32") -> Path:
-        """The file of the ``encoder`` or ``decoder`` graph of a variant (float32 also has a ``fast_decoder``).
+        """The file of the ``encoder`` or ``decoder`` graph of a variant (float32 also has a ``fast_decoder`` and
+        a ``forced_decoder``).
 
         Raises:
             BundleError: the bundle has no such variant.
@@ -332,6 +340,6 @@ def graph_forms(manifest_path: Path, manifest: dict[str, Any]) -> dict[str, Grap
         if file not in entries:
             raise BundleError(f"{where} is missing")
         forms[file] = GraphForm.from_manifest(where, entries[file])
-        if forms[file].role != ("encoder" if role == "encoder" else "decoder"):
+        if forms[file].role != {"encoder": "encoder", "forced_decoder": "forced"}.get(role, "decoder"):
             raise BundleError(f"{where}: role {forms[file].role!r}, but graphs names it as the {role}")
     return forms

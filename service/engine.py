@@ -56,13 +56,21 @@ class ServingRunner(StepRunner, Protocol):
     def provider(self) -> str: ...  # ONNX Runtime's execution provider
 
 
+class ForcingRunner(Protocol):
+    """A runner that gives finished hypotheses' cross-attention in one call (service/runner.py's forced decoder)."""
+
+    def cross_attention(self, sources: list[list[int]], targets: list[list[int]]) -> list[np.ndarray]: ...
+
+
 @dataclass(frozen=True)
 class Runners:
     """A bundle's runners: ``exact``, the float32 graphs with attention outputs (/attention), and ``fast``, the
-    graphs of the settings' ``graph_variant`` that /translate uses (``exact`` itself where no other is faster)."""
+    graphs of the settings' ``graph_variant`` that /translate uses (``exact`` itself where no other is faster);
+    ``forced``, the exact runner where the bundle has a forced decoder."""
 
     exact: ServingRunner
     fast: ServingRunner
+    forced: ForcingRunner | None = None
 
     @classmethod
     def build(cls, bundle: Bundle, settings: Settings) -> Runners:
@@ -75,11 +83,12 @@ class Runners:
         """
         provider, threads, variant = settings.provider, settings.threads, settings.graph_variant
         exact = Runner(bundle, provider, threads)
+        forced = exact if exact.has_forced else None
         if variant != "float32":
-            return cls(exact, Runner(bundle, provider, threads, variant))
+            return cls(exact, Runner(bundle, provider, threads, variant), forced)
         if exact.provider == CPU:
-            return cls(exact, Runner(bundle, provider, threads, fast=True, encoder=exact.encoder))
-        return cls(exact, exact)  # the fast decoder's attention kernels (service/_attention.c) are the CPU's
+            return cls(exact, Runner(bundle, provider, threads, fast=True, encoder=exact.encoder), forced)
+        return cls(exact, exact, forced)  # the fast decoder's attention kernels (service/_attention.c) are the CPU's
 
 
 def _ignore(*_: int) -> None:
@@ -223,7 +232,9 @@ class Engine:
             return self._translations(requests, await self._queued(requests, gone, arrival), options)
         requests = self._segment_requests(prepared, options)
         results = await self._queued(requests, gone, arrival)
-        if again := self._unplaced(prepared, results):
+        if (again := self._unplaced(prepared, results)) and self.runners.forced is not None:
+            await asyncio.to_thread(self._attach_cross_attention, prepared, requests, results, again)
+        elif again:
             redone = await self._queued([replace(requests[i], attention=True) for i in again], gone, arrival)
             for i, result in zip(again, redone, strict=True):
                 results[i] = result
@@ -249,7 +260,9 @@ class Engine:
         if prepared is not None:
             requests = self._segment_requests(prepared, options)
             results = self._decode_now(requests, False) if requests else []
-            if again := self._unplaced(prepared, results):
+            if (again := self._unplaced(prepared, results)) and self.runners.forced is not None:
+                self._attach_cross_attention(prepared, requests, results, again)
+            elif again:
                 redone = self._decode_now([replace(requests[i], attention=True) for i in again], False)
                 for i, result in zip(again, redone, strict=True):
                     results[i] = result
@@ -275,14 +288,26 @@ class Engine:
         return [self._request(s.source, options, options.details) for s in prepared.segments]
 
     def _unplaced(self, prepared: Prepared, results: list[DecodeResult]) -> list[int]:
-        """The segments whose spans need cross-attention to be placed (the model did not copy every stand-in):
-        they decode again with attention rows."""
+        """The segments whose spans need cross-attention to be placed (the model did not copy every stand-in): the
+        forced decoder gives it to their hypotheses, or without one they decode again with attention rows."""
         needs = self.text.needs_attention
         return [
             i
             for i, (segment, result) in enumerate(zip(prepared.segments, results, strict=True))
             if any(needs(segment, h) for h in result.hypotheses)
         ]
+
+    def _attach_cross_attention(
+        self, prepared: Prepared, requests: list[DecodeRequest], results: list[DecodeResult], again: list[int]
+    ) -> None:
+        """The unplaced segments' hypotheses (their tokens kept) get their cross-attention from one forced-decoder
+        call on the exact graphs, instead of decoding again."""
+        assert self.runners.forced is not None
+        needs = self.text.needs_attention
+        hyps = [(requests[i].src, h) for i in again for h in results[i].hypotheses if needs(prepared.segments[i], h)]
+        rows = self.runners.forced.cross_attention([s for s, _ in hyps], [h.tokens for _, h in hyps])
+        for (_, hyp), weights in zip(hyps, rows, strict=True):
+            hyp.cross_attention = list(weights)  # per step (L, h, S)
 
     def _finished(
         self, prepared: Prepared, requests: list[DecodeRequest], results: list[DecodeResult], options: Options

@@ -176,6 +176,10 @@ class Runner:
 
         self.encoder = encoder or session("encoder")
         self.decoder = session("fast_decoder" if fast else "decoder")
+        # The exact runner's forced decoder: cross-attention of finished hypotheses in one call (cross_attention).
+        forced = not fast and variant == "float32" and bundle.has_graph("forced_decoder")
+        self.forced = session("forced_decoder") if forced else None
+        self._forced_inputs = [i.name for i in self.forced.get_inputs()] if self.forced is not None else []
         self.io_binding = self.provider == CUDA if io_binding is None else io_binding
         self.device = "cuda" if self.provider == CUDA else "cpu"
         self.tensors: Tensors = DeviceTensors(providers, self.device, opts) if self.io_binding else HostTensors()
@@ -237,6 +241,36 @@ class Runner:
         attentions = outputs.pop(0) if self.encoder_form.attentions else None
         L = self.spec.n_decoder_layers
         return EncoderOutput(attentions, outputs[:L], outputs[L:])
+
+    @property
+    def has_forced(self) -> bool:
+        """Whether :meth:`cross_attention` can run: the bundle has a forced decoder and this is its exact runner."""
+        return self.forced is not None
+
+    def cross_attention(self, sources: list[list[int]], targets: list[list[int]]) -> list[np.ndarray]:
+        """The cross-attention that decoding ``targets[b]`` (generated ids, ``</s>`` included) from ``sources[b]``
+        gave at each step, from the exact encoder and one forced-decoder call: per row (T_b, L, h, S_b), its step
+        t the weights of the step that produced ``targets[b][t]``, as the exact step graph gives them."""
+        assert self.forced is not None, "this runner has no forced decoder"
+        spec, B = self.spec, len(sources)
+        S, T = max(map(len, sources)), max(1, *map(len, targets))
+        src = np.full((B, S), spec.pad_id, np.int64)
+        mask = np.zeros((B, S), np.int64)
+        ids = np.full((B, T), spec.pad_id, np.int64)
+        for b, (source, target) in enumerate(zip(sources, targets, strict=True)):
+            src[b, : len(source)], mask[b, : len(source)] = source, 1
+            ids[b, 0], ids[b, 1 : len(target)] = spec.decoder_start_id, target[:-1]  # the step inputs: start first
+        enc = self.encode(src, mask, np.tile(np.arange(S), (B, 1)))
+        L = spec.n_decoder_layers
+        cross = {f"{kind}.{l}": layers[l] for kind, layers in (("cross_keys", enc.cross_keys),
+                 ("cross_values", enc.cross_values)) for l in range(L)}  # fmt: skip
+        feed = {"input_ids": ids, "position_ids": np.tile(np.arange(T), (B, 1)), "encoder_attention_mask": mask,
+                **cross}  # fmt: skip
+        (weights,) = self._run(self.forced, ["cross_attentions"], {k: feed[k] for k in self._forced_inputs})
+        return [
+            np.ascontiguousarray(weights[:, b, :, : len(t), : len(s)].transpose(2, 0, 1, 3))  # (T_b, L, h, S_b)
+            for b, (s, t) in enumerate(zip(sources, targets, strict=True))
+        ]
 
     def step(
         self,

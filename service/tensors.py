@@ -69,7 +69,7 @@ class HostTensors:
 
 class DeviceTensors:
     """Caches as ONNX Runtime values on the execution provider's device; each operation is a one-node ONNX graph
-    run there with IOBinding, so a cache never leaves the device. Needs the ``onnx`` package (``.[gpu]``)."""
+    run there with IOBinding, so a cache never leaves the device."""
 
     def __init__(self, providers: list[str], device: str, options: ort.SessionOptions) -> None:
         from onnx import TensorProto, helper

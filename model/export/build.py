@@ -9,17 +9,20 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from model.export.check import TOLERANCE, check_fast_decoder, compare
-from model.export.examples import example_inputs, fast_example, step_example
-from model.export.graphs import DecoderGraph, EncoderGraph, FastDecoderGraph, FastEncoderGraph
+from model.export.check import TOLERANCE, check_fast_decoder, check_forced_decoder, compare
+from model.export.examples import example_inputs, fast_example, forced_example, step_example
+from model.export.graphs import DecoderGraph, EncoderGraph, FastDecoderGraph, FastEncoderGraph, ForcedDecoderGraph
 from model.export.kernels import KERNELS, Kernels, attention_kernels, kernel_session
 from model.export.names import (
     ENCODER_INPUTS,
+    FORCED_OUTPUTS,
     decoder_inputs,
     decoder_outputs,
     encoder_axes,
     encoder_outputs,
     fast_decoder_axes,
+    forced_axes,
+    forced_inputs,
     step_axes,
 )
 from model.transformer import Transformer
@@ -121,3 +124,20 @@ def export_fast_encoder(model: Transformer, path: Path, tolerance: float = TOLER
     with torch.no_grad():
         _, *want = EncoderGraph(model)(*(torch.from_numpy(feed[k]) for k in ENCODER_INPUTS))
     return compare(outputs, got, want, tolerance)
+
+
+def export_forced_decoder(model: Transformer, path: Path, tolerance: float = TOLERANCE) -> float:
+    """Export :class:`ForcedDecoderGraph` to ``path`` and check its cross-attention against PyTorch stepping through
+    the same tokens, on rows of different target lengths, within ``tolerance``. Returns the largest difference."""
+    model = model.eval()
+    L = model.config.n_decoder_layers
+    feed, _ = forced_example(model)
+    names = forced_inputs(L)
+    export_module(
+        ForcedDecoderGraph(model),
+        tuple(torch.from_numpy(feed[k]) for k in names),
+        path,
+        (names, FORCED_OUTPUTS),
+        forced_axes(L),
+    )
+    return check_forced_decoder(model, path, tolerance)

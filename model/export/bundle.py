@@ -12,21 +12,26 @@ from typing import Any
 
 import torch
 
-from model.export.build import export_fast_decoder, export_graphs
-from model.export.check import check_graphs
-from model.export.forms import EXACT_DECODER, EXACT_ENCODER, fast_decoder_form
+from model.export.build import export_fast_decoder, export_forced_decoder, export_graphs
+from model.export.check import check_forced_decoder, check_graphs
+from model.export.forms import EXACT_DECODER, EXACT_ENCODER, FORCED_DECODER, fast_decoder_form, with_graph_forms
 from model.export.store import WEIGHTS, store_weights_once
-from model.export.weights import graph_weights, load_state_dict, weight_aliases
+from model.export.weights import graph_weights, load_model, load_state_dict, weight_aliases
 from model.transformer import Transformer, TransformerConfig
 from service.bundle import FORMAT, sha256
 
 log = logging.getLogger(__name__)
 
+FORCED = "decoder.forced.onnx"
+
 
 def write_manifest(bundle_dir: Path, manifest: dict[str, Any]) -> None:
-    """Write manifest.json with the sha256 of every other file in the bundle."""
+    """Write manifest.json with the sha256 of every other file in the bundle; a derived graph (the manifest's
+    ``derived``) that is not there keeps the sha256 the manifest gives it."""
     files = sorted(p for p in bundle_dir.iterdir() if p.is_file() and p.name != "manifest.json")
-    manifest = {**manifest, "sha256": {p.name: sha256(p) for p in files}}
+    absent = set(manifest.get("derived", {})) - {p.name for p in files}
+    kept = {name: h for name, h in manifest.get("sha256", {}).items() if name in absent}
+    manifest = {**manifest, "sha256": dict(sorted({**kept, **{p.name: sha256(p) for p in files}}.items()))}
     (bundle_dir / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
 
 
@@ -87,7 +92,9 @@ def export_bundle(
         tmp = Path(tmp_name)
         export_graphs(model, tmp)
         worst_fast = export_fast_decoder(model, tmp / "decoder.fast.onnx")
-        graphs = {"encoder": "encoder.onnx", "decoder": "decoder.onnx", "fast_decoder": "decoder.fast.onnx"}
+        worst_fast = max(worst_fast, export_forced_decoder(model, tmp / FORCED))
+        graphs = {"encoder": "encoder.onnx", "decoder": "decoder.onnx", "fast_decoder": "decoder.fast.onnx",
+                  "forced_decoder": FORCED}  # fmt: skip
         tok = copy_tokenizer(tokenizer, vocab, tmp)
         manifest = {
             "format": FORMAT,
@@ -101,6 +108,7 @@ def export_bundle(
                 "encoder.onnx": EXACT_ENCODER.to_manifest(),
                 "decoder.onnx": EXACT_DECODER.to_manifest(),
                 "decoder.fast.onnx": fast_decoder_form(greedy=True).to_manifest(),
+                FORCED: FORCED_DECODER.to_manifest(),
             },
             "weights": {
                 "source": "float32 graph initializers named as the PyTorch state dict (model/export)",
@@ -114,13 +122,41 @@ def export_bundle(
         write_manifest(tmp, manifest)
         worst = check_graphs(model, tmp)
         check_weights_read_back(model, tmp)
-        log.info("ONNX Runtime matches PyTorch within %.2g (fast decoder %.2g); weights read back exactly", worst,
-                 worst_fast)  # fmt: skip
+        log.info("ONNX Runtime matches PyTorch within %.2g (fast and forced decoders %.2g); weights read back "
+                 "exactly", worst, worst_fast)  # fmt: skip
         if out_dir.exists():
             shutil.rmtree(out_dir)
         tmp.rename(out_dir)
         tmp.mkdir()  # the context manager removes it again
     return out_dir
+
+
+def add_forced(bundle_dir: Path) -> int:
+    """Add the forced decoder (:class:`~model.export.graphs.ForcedDecoderGraph`, ``decoder.forced.onnx``) to a
+    bundle exported without it, from the bundle's own weights, and check it against PyTorch.
+
+    Its weights are all the exact decoder's: the weights file is written again over every shipped graph, the
+    forced one last, so that the other graphs and the weights file keep their bytes.
+
+    Returns:
+        The size of the weights file in bytes.
+
+    Raises:
+        ValueError: the forced decoder differs from PyTorch, or the weights file grew (a weight it does not share).
+    """
+    manifest = json.loads((bundle_dir / "manifest.json").read_text())
+    model = load_model(bundle_dir)
+    log.info("forced decoder matches PyTorch within %.2g", export_forced_decoder(model, bundle_dir / FORCED))
+    before = (bundle_dir / WEIGHTS).stat().st_size
+    graphs = [name for name in manifest["graphs"].values() if isinstance(name, str) and name != FORCED]
+    sources = [e["from"] for e in manifest.get("derived", {}).values() if e["from"] not in graphs]
+    size = store_weights_once(bundle_dir, [*graphs, *dict.fromkeys(sources), FORCED])
+    if size != before:
+        raise ValueError(f"{WEIGHTS} grew from {before} to {size} bytes: the forced decoder holds a weight of its own")
+    check_forced_decoder(model, bundle_dir / FORCED)
+    manifest["graphs"]["forced_decoder"] = FORCED
+    write_manifest(bundle_dir, with_graph_forms(manifest, {FORCED: FORCED_DECODER}))
+    return size
 
 
 def export_checkpoint(checkpoint: Path, out_dir: Path, force: bool = False) -> Path:

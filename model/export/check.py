@@ -9,10 +9,17 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from model.export.examples import decoder_feed, example_inputs, fast_example
+from model.export.examples import decoder_feed, example_inputs, fast_example, forced_example
 from model.export.graphs import DecoderGraph, EncoderGraph
 from model.export.kernels import kernel_session
-from model.export.names import ENCODER_INPUTS, decoder_inputs, decoder_outputs, encoder_outputs
+from model.export.names import (
+    ENCODER_INPUTS,
+    FORCED_OUTPUTS,
+    decoder_inputs,
+    decoder_outputs,
+    encoder_outputs,
+    forced_inputs,
+)
 from model.transformer import Transformer
 
 TOLERANCE = 1e-4
@@ -108,3 +115,34 @@ def check_greedy_tokens(tokens: np.ndarray, logits: np.ndarray, pad_id: int, tol
     scale = np.maximum(1.0, np.abs(allowed).max(axis=1, where=np.isfinite(allowed), initial=0))
     if not ((allowed.max(axis=1) - chosen) / scale <= tolerance).all():
         raise ValueError(f"ONNX Runtime's greedy tokens {tokens.tolist()} are not PyTorch's argmax")
+
+
+def stepped_cross_attention(model: Transformer, feed: dict[str, np.ndarray]) -> np.ndarray:
+    """PyTorch's cross-attention of :class:`DecoderGraph` stepping through a forced feed's decoder inputs one
+    position at a time on its cache: (L, B, h, T, S), as the forced graph gives it."""
+    L, c = model.config.n_decoder_layers, model.config
+    ids = torch.from_numpy(feed["input_ids"])
+    B, T = ids.shape
+    cross = [torch.from_numpy(feed[f"{kind}.{l}"]) for kind in ("cross_keys", "cross_values") for l in range(L)]
+    past = [torch.zeros(B, c.h, 0, c.d_k) for _ in range(2 * L)]
+    graph, rows = DecoderGraph(model), []
+    with torch.no_grad():
+        for t in range(T):
+            out = graph(ids[:, t : t + 1], torch.full((B, 1), t), torch.from_numpy(feed["encoder_attention_mask"]),
+                        torch.ones(B, t + 1, dtype=torch.long), *cross, *past)  # fmt: skip
+            past = list(out[1 : 1 + 2 * L])
+            rows.append(out[-1])  # (L, B, h, S)
+    return torch.stack(rows, dim=3).numpy()
+
+
+def check_forced_decoder(model: Transformer, path: Path, tolerance: float = TOLERANCE) -> float:
+    """Run the forced decoder at ``path`` in ONNX Runtime on rows of different target lengths (padded after) and
+    compare each row's positions with PyTorch stepping through the same tokens (:func:`stepped_cross_attention`),
+    within ``tolerance``. Returns the largest difference seen."""
+    feed, lengths = forced_example(model, seed=1)
+    names = forced_inputs(model.config.n_decoder_layers)
+    got = kernel_session(path).run(FORCED_OUTPUTS, {k: feed[k] for k in names})[0]  # (L, B, h, T, S)
+    want = stepped_cross_attention(model, feed)
+    rows = [f"cross_attentions of row {b}" for b in range(len(lengths))]
+    return compare(rows, [got[:, b, :, :n] for b, n in enumerate(lengths)],
+                   [torch.from_numpy(want[:, b, :, :n]) for b, n in enumerate(lengths)], tolerance)  # fmt: skip

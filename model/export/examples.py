@@ -82,3 +82,21 @@ def fast_example(
             buffer[b, :, :n] = exact[name][b, :, T - n :]
         fast[name] = buffer
     return fast, exact
+
+
+def forced_example(model: Transformer, seed: int = 0) -> tuple[dict[str, np.ndarray], list[int]]:
+    """A decoder.forced.onnx feed on step_example's cross keys and values: rows of targets of T, T - 2 and 1
+    tokens (the start id first, padding after), and those lengths."""
+    c = model.config
+    _, step = step_example(model, seed)
+    B, T = len(step["input_ids"]), 6
+    lengths = [T, T - 2, 1][:B]
+    rng = np.random.default_rng(seed)
+    ids = np.full((B, T), c.pad_id, np.int64)
+    for b, n in enumerate(lengths):
+        ids[b, 0] = c.decoder_start_id
+        ids[b, 1:n] = rng.integers(2, c.vocab_size - 1, size=n - 1)
+    cross = {k: v for k, v in step.items() if k.startswith("cross_")}
+    positions = np.tile(np.arange(T), (B, 1))
+    return {"input_ids": ids, "position_ids": positions, "encoder_attention_mask": step["encoder_attention_mask"],
+            **cross}, lengths  # fmt: skip

@@ -10,6 +10,7 @@ from service.bundle import GraphForm
 EXACT_ENCODER = GraphForm("encoder", attentions=True)  # EncoderGraph: encoder.onnx and its float16 variant
 FAST_ENCODER = GraphForm("encoder", attentions=False)  # FastEncoderGraph, what encoder.int8.onnx is quantized from
 EXACT_DECODER = GraphForm("decoder", attentions=True, cache="appended")  # decoder.onnx and its float16 variant
+FORCED_DECODER = GraphForm("forced", attentions=True)  # ForcedDecoderGraph: decoder.forced.onnx
 
 
 def fast_decoder_form(*, greedy: bool) -> GraphForm:

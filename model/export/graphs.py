@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from model.export.kernels import CachedAttention, FusedAttention, GreedyTokens, SegmentAttention, screen_weights
-from model.transformer import KV, Transformer, padding_mask, segment_mask
+from model.transformer import KV, Transformer, causal_mask, padding_mask, segment_mask
 
 
 class EncoderGraph(nn.Module):
@@ -76,6 +76,38 @@ class DecoderGraph(nn.Module):
             torch.stack(self_w)[:, :, :, 0],  # (L, B, h, T + 1)
             torch.stack(cross_w)[:, :, :, 0],  # (L, B, h, S)
         )
+
+
+class ForcedDecoderGraph(nn.Module):
+    """decoder.forced.onnx: a known target teacher-forced in one call -> its cross-attention at every position.
+
+    ``input_ids`` and ``position_ids`` (B, T) are the decoder's inputs for the target (the start id, then the
+    target's tokens but the last); padding after a shorter row's target changes none of its earlier positions (the
+    causal mask), so a row's first T_b positions are what stepping through its tokens gives. It takes every layer's
+    cross keys but not the last layer's cross values (its weights come before them; nothing after reaches the
+    output)."""
+
+    def __init__(self, model: Transformer) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self,
+        input_ids: Tensor,  # (B, T)
+        position_ids: Tensor,  # (B, T)
+        encoder_attention_mask: Tensor,  # (B, S)
+        *cross: Tensor,  # L cross keys, then L - 1 cross values (B, h, S, d_k): the last layer's reach no output
+    ) -> Tensor:
+        L = self.model.config.n_decoder_layers
+        keys, values = cross[:L], [*cross[L:], cross[L - 1]]  # the last layer's values: any tensor of their shape
+        _, _, _, cross_w = self.model.decode(
+            input_ids,
+            position_ids,
+            list(zip(keys, values, strict=True)),
+            padding_mask(encoder_attention_mask),
+            causal_mask(input_ids.shape[1], input_ids.device),
+        )
+        return torch.stack(cross_w)  # (L, B, h, T, S)
 
 
 class FastEncoderGraph(nn.Module):

@@ -67,3 +67,25 @@ def fast_decoder_axes(L: int, greedy: bool) -> dict[str, dict[int, str]]:
         axes.update({"logit_rows": {0: "logit_rows"}, "logits": {0: "logit_rows"}, "token_rows": {0: "token_rows"},
                      "tokens": {0: "token_rows"}})  # fmt: skip
     return axes
+
+
+def forced_inputs(L: int) -> list[str]:
+    """decoder.forced.onnx's input names for L layers, in the graph module's order: every layer's cross keys, the
+    cross values of all but the last (whose values reach no cross-attention weight)."""
+    cross = [*(f"cross_keys.{l}" for l in range(L)), *(f"cross_values.{l}" for l in range(L - 1))]
+    return ["input_ids", "position_ids", "encoder_attention_mask", *cross]
+
+
+FORCED_OUTPUTS = ["cross_attentions"]
+
+
+def forced_axes(L: int) -> dict[str, dict[int, str]]:
+    """decoder.forced.onnx's dynamic axes: rows, the target's length and the source's."""
+    B, S, T = "batch", "source_length", "target_length"
+    return {
+        "input_ids": {0: B, 1: T},
+        "position_ids": {0: B, 1: T},
+        "encoder_attention_mask": {0: B, 1: S},
+        **{name: {0: B, 2: S} for name in forced_inputs(L)[3:]},
+        "cross_attentions": {1: B, 3: T, 4: S},
+    }

@@ -58,6 +58,8 @@ def test_graph_forms_are_read_into_typed_forms(bundle_copy: Path) -> None:
     assert bundle.form("decoder") == GraphForm("decoder", attentions=True, cache="appended")
     fast = GraphForm("decoder", attentions=False, cache="in_place", grouped_cross=True, greedy_tokens=True)
     assert bundle.form("fast_decoder") == fast
+    assert bundle.has_graph("forced_decoder") and not bundle.has_graph("int8")
+    assert bundle.form("forced_decoder") == GraphForm("forced", attentions=True)
 
 
 @pytest.mark.parametrize(
@@ -74,6 +76,14 @@ def test_graph_forms_are_read_into_typed_forms(bundle_copy: Path) -> None:
         (lambda m: m["graph_forms"].update({"decoder.onnx": {"role": "encoder", "attentions": True}}),
          r"\['decoder\.onnx'\]: role 'encoder', but graphs names it as the decoder"),
         (lambda m: m["graph_forms"]["decoder.onnx"].update(role="step"), r"\['decoder\.onnx'\]: role 'step'"),
+        (lambda m: m["graph_forms"]["decoder.forced.onnx"].update(attentions=False),
+         r"\['decoder\.forced\.onnx'\]: a forced decoder gives cross-attention"),
+        (lambda m: m["graph_forms"]["decoder.forced.onnx"].update(cache="appended"),
+         r"\['decoder\.forced\.onnx'\]: keys"),
+        (lambda m: m["graph_forms"].update({"decoder.onnx": {"role": "forced", "attentions": True}}),
+         r"\['decoder\.onnx'\]: role 'forced', but graphs names it as the decoder"),
+        (lambda m: m["graph_forms"]["decoder.forced.onnx"].update(role="decoder"),
+         r"\['decoder\.forced\.onnx'\]: keys"),
     ],
 )  # fmt: skip
 def test_missing_or_mangled_graph_forms_fail_naming_the_entry(

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
+import numpy as np
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
@@ -113,8 +117,19 @@ def test_alternatives_skip_texts_already_given() -> None:
     assert distinct(["a"], 1) == []
 
 
-def test_span_texts_decode_on_the_fast_graphs_and_only_unplaced_ones_again(tiny_bundle: Path) -> None:
-    engine = Engine.load(tiny_bundle, Settings(bundles=[tiny_bundle]))
+def without_forced_decoder(bundle: Path, tmp_path: Path) -> Path:
+    """A copy of ``bundle`` as exported before the forced decoder: no decoder.forced.onnx in it or its manifest."""
+    copy = Path(shutil.copytree(bundle, tmp_path / "no-forced"))
+    manifest = json.loads((copy / "manifest.json").read_text())
+    for entries in (manifest["graphs"], manifest["graph_forms"], manifest["sha256"]):
+        entries.pop("forced_decoder", None), entries.pop("decoder.forced.onnx", None)
+    (copy / "decoder.forced.onnx").unlink()
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    return copy
+
+
+def recorded_decodes(engine: Engine) -> list[list[DecodeRequest]]:
+    """The requests of each of the engine's ``_decode_now`` calls, from now on."""
     calls: list[list[DecodeRequest]] = []
     decode_now = engine._decode_now
 
@@ -123,8 +138,45 @@ def test_span_texts_decode_on_the_fast_graphs_and_only_unplaced_ones_again(tiny_
         return decode_now(requests, exact)
 
     engine._decode_now = recorded  # type: ignore[method-assign]
-    out = engine.translate_now(["Open %s now", "Save as", "Close {name}"], Options())
+    return calls
+
+
+SPAN_TEXTS = ["Open %s now", "Save as", "Close {name}"]
+
+
+def test_span_texts_decode_on_the_fast_graphs_and_only_unplaced_ones_again(tiny_bundle: Path, tmp_path: Path) -> None:
+    engine = Engine.load(without_forced_decoder(tiny_bundle, tmp_path), Settings(bundles=[tiny_bundle]))
+    assert engine.runners.forced is None
+    calls = recorded_decodes(engine)
+    out = engine.translate_now(SPAN_TEXTS, Options())
     first, again = calls  # the random model copies no stand-in: the two span texts decode again, with attention
     assert not any(r.attention for r in first)
     assert [r.src for r in again] == [first[0].src, first[2].src] and all(r.attention for r in again)
     assert "%s" in out[0].text and "{name}" in out[2].text
+
+    # With a forced decoder the second decode is gone: one forced call gives the unplaced rows their attention,
+    # the fast graphs' tokens are kept, and the spans land where the decode with attention rows put them.
+    forced_engine = Engine.load(tiny_bundle, Settings(bundles=[tiny_bundle]))
+    assert forced_engine.runners.forced is forced_engine.runners.exact
+    forced_calls = recorded_decodes(forced_engine)
+    cross_attention = forced_engine.runners.forced.cross_attention
+    sources: list[list[list[int]]] = []
+
+    def counted(srcs: list[list[int]], targets: list[list[int]]) -> list[np.ndarray]:
+        sources.append(srcs)
+        return cross_attention(srcs, targets)
+
+    with patch.object(forced_engine.runners.forced, "cross_attention", counted):
+        assert forced_engine.translate_now(SPAN_TEXTS, Options()) == out
+        assert sources == [[first[0].src, first[2].src]]
+        assert len(forced_calls) == 1 and not any(r.attention for r in forced_calls[0])
+
+        async def served() -> list[Translation]:
+            await forced_engine.start()
+            try:
+                return await forced_engine.translate(SPAN_TEXTS, Options())
+            finally:
+                await forced_engine.stop()
+
+        assert asyncio.run(served()) == out
+        assert len(sources) == 2

@@ -347,3 +347,37 @@ def test_memory_settings_apply() -> None:
     from numpy._core import multiarray
 
     assert multiarray._set_madvise_hugepage(False) is False  # (it returns the setting it replaces)
+
+
+@pytest.mark.parametrize("io_binding", [False, True])
+def test_the_forced_decoder_gives_the_step_graphs_cross_attention(tiny_bundle: Path, io_binding: bool) -> None:
+    bundle = load_bundle(tiny_bundle)
+    runner = Runner(bundle, "cpu", io_binding=io_binding)
+    assert runner.has_forced
+    assert not Runner(bundle, "cpu", fast=True, encoder=runner.encoder).has_forced  # the exact runner's only
+    requests = requests_of(bundle, [1, 1, 2, 1, 1, 3, 1, 2], [9, 3, 6, 1, 5, 4, 7, 2], attention=True)
+    results = decode(runner, requests)
+    hyps = [(r.src, h) for r, result in zip(requests, results, strict=True) for h in result.hypotheses]
+    assert len({len(h.tokens) for _, h in hyps}) > 1 and len({len(s) for s, _ in hyps}) > 1  # padding on both sides
+    forced = runner.cross_attention([s for s, _ in hyps], [h.tokens for _, h in hyps])
+    L, h = bundle.spec.n_decoder_layers, bundle.spec.h
+    for (src, hyp), rows in zip(hyps, forced, strict=True):
+        assert rows.shape == (len(hyp.tokens), L, h, len(src))
+        np.testing.assert_allclose(rows, np.stack(hyp.cross_attention), atol=1e-5)
+    # A row alone gives what it gives in the batch.
+    (alone,) = runner.cross_attention([hyps[1][0]], [hyps[1][1].tokens])
+    np.testing.assert_allclose(alone, forced[1], atol=1e-6)
+
+
+def test_a_bundle_without_a_forced_decoder_has_none(tiny_bundle: Path, tmp_path: Path) -> None:
+    import json
+    import shutil
+
+    copy = Path(shutil.copytree(tiny_bundle, tmp_path / "bundle"))
+    manifest = json.loads((copy / "manifest.json").read_text())
+    del manifest["graphs"]["forced_decoder"], manifest["graph_forms"]["decoder.forced.onnx"]
+    del manifest["sha256"]["decoder.forced.onnx"]
+    (copy / "decoder.forced.onnx").unlink()
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    runner = Runner(load_bundle(copy), "cpu")
+    assert not runner.has_forced and runner.forced is None

@@ -27,6 +27,8 @@ def form_of(path: Path) -> dict[str, str | bool]:
     outputs = {o.name for o in graph.output}
     if "attention_mask" in inputs:
         return {"role": "encoder", "attentions": "encoder_attentions" in outputs}
+    if "past_keys.0" not in inputs:
+        return {"role": "forced", "attentions": outputs == {"cross_attentions"}}
     in_place = "self_attention_mask" not in inputs
 
     def first_axis(name: str) -> str:
@@ -51,6 +53,7 @@ def test_every_graph_has_a_form_that_agrees_with_it(tmp_path: Path) -> None:
         "encoder.onnx",
         "decoder.onnx",
         "decoder.fast.onnx",
+        "decoder.forced.onnx",
         "encoder.int8.onnx",
         "decoder.int8.onnx",
         "encoder.float16.onnx",

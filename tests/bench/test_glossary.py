@@ -11,6 +11,7 @@ from glossary import (
     Constraint,
     Row,
     State,
+    by_fallback,
     choose,
     constrained,
     kept_rate,
@@ -115,3 +116,10 @@ def test_constrained_decoding_puts_every_term_in_the_output(engine: Engine, atte
     hyps = constrained(engine.runners.exact, tok, rows, attention)
     assert kept_rate(rows, hyps) == 100
     assert all(h.count("ファイル") >= 1 for h in hyps)
+
+
+def test_the_model_first_then_masking_keeps_every_term(engine: Engine) -> None:
+    glossary = {"file": "ファイル", "settings": "設定"}
+    rows = lines_with_terms([("Open the file", ""), ("Save the settings of this file now", "")], glossary)
+    assert len(rows) == 2
+    assert kept_rate(rows, by_fallback(engine, rows, glossary)) == 100

@@ -6,13 +6,14 @@ Writes docs/BENCHMARKS.md's ``glossary`` section.
 The glossary is mined from train.tsv, not picked by hand: English terms of one to three words found in many
 training sources whose human translations consistently contain one Japanese string (the character n-gram most
 associated with the term, by Dice coefficient, kept above a consistency threshold). The test lines that contain a
-term, and no other protected span, are translated three ways in interleaved rounds:
+term, and no other protected span, are translated each way in interleaved rounds:
 
 - masking: ``Engine.translate_now`` with ``Options(glossary=...)``, as the service enforces glossaries;
 - constrained decoding: greedy decoding on the exact graphs that forces the target term's tokens into the
   hypothesis at the step whose cross-attention (last layer, heads averaged) first peaks inside the source term,
-  and forces the terms still missing when the model would end (so every term is in the output);
-- the model alone, without the glossary.
+  and forces the terms still missing when the model would end (so every term is in the output); variants: the
+  trigger only where the model is unsure of its own token, and no trigger (the terms forced at the end);
+- the model alone, without the glossary; and the model first, masking only the lines whose output misses a term.
 """
 
 from __future__ import annotations
@@ -83,11 +84,9 @@ def ngrams(text: str, lengths: Iterable[int] = TARGET_CHARS) -> set[str]:
 
 def japanese(s: str) -> bool:
     """Whether ``s`` is a target term worth enforcing: no whitespace, no ASCII, no punctuation at its edges."""
+    edges = "。、・「」（）"
     return (
-        s.isprintable()
-        and not any(c.isspace() or c.isascii() for c in s)
-        and s[0] not in "。、・「」（）"
-        and (s[-1] not in "。、・「」（）")
+        s.isprintable() and not any(c.isspace() or c.isascii() for c in s) and s[0] not in edges and s[-1] not in edges
     )
 
 
@@ -202,6 +201,8 @@ def term_ids(tok: Tokenizer, term: str) -> list[int]:
 
 @dataclass
 class Constraint:
+    """One term occurrence to put in the output."""
+
     lo: int  # source token positions of the term, [lo, hi)
     hi: int
     ids: list[int]
@@ -229,6 +230,7 @@ class State:
 
 def constraints(tok: Tokenizer, row: Row) -> tuple[list[int], list[Constraint]]:
     """Source ids (with </s>) and each term's source token span and target ids."""
+    assert tok.vocab is None, "SentencePiece's own ids only (a bundle of this project's, not an imported Marian)"
     proto = tok.source.encode(row.source, return_type="proto")
     out = []
     for start, end, target in row.terms:

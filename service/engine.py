@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -21,6 +21,7 @@ import numpy.typing as npt
 from service.admission import check_servable
 from service.budget import Budget, MiB, answer_bytes, request_bytes
 from service.bundle import Bundle, load_bundle, unencodable
+from service.confidence import Calibration, Evidence, coverage, is_content
 from service.decoding import BatchDecoder, DecodeRequest, DecodeResult, Hypothesis, StepRunner, decode
 from service.errors import ClientGone, InvalidText, NoSuchIndex, TooLarge
 from service.runner import CPU, Runner, trim_memory
@@ -75,13 +76,17 @@ class Filters:
 @dataclass(frozen=True, slots=True)
 class Details:
     """One translation's tokens, log-probabilities (six decimals) and word alignment: each target token's most
-    attended source token, last layer, heads averaged."""
+    attended source token, last layer, heads averaged; each source token's coverage (the most attention any step
+    gave it, service/confidence.py), the calibrated confidence and the flags."""
 
     source_tokens: list[str]
     tokens: list[str]
     score: float
     token_scores: list[float]
     alignment: list[int]
+    coverage: list[float] = field(default_factory=list)
+    confidence: float | None = None
+    flags: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +195,7 @@ def join_details(parts: list[Details]) -> Details | None:
         score=round(sum(d.score for d in parts), 6),
         token_scores=[x for d in parts for x in d.token_scores],
         alignment=alignment,
+        coverage=[c for d in parts for c in d.coverage],
     )
 
 
@@ -215,6 +221,8 @@ class Engine:
         # What requests in flight hold (service/budget.py); the heap goes back to the system once none is left.
         self.budget = Budget(settings.memory_budget_mb * MiB, on_idle=trim_memory)
         self._on_input: Callable[[int], object] = _ignore
+        calibration = bundle.manifest.get("calibration")  # absent: no confidence, default flag thresholds
+        self.calibration = Calibration.from_manifest(calibration, bundle.spec.n_decoder_layers, str(bundle.path))
         glossary = read_glossary(settings.glossary_dir, bundle.source_lang, bundle.target_lang)
         self.text = TextPipeline(self.tokenizer, bundle.source_lang, settings.sentence_split_chars, glossary)
 
@@ -303,9 +311,11 @@ class Engine:
         prepared = self.text.prepare(texts, options.glossary, options.keep)
         if prepared is None:
             requests = [self._request(t, options, options.details) for t in texts]
-            return self._translations(requests, await self._queued(requests, gone, arrival), options)
-        requests = self._segment_requests(prepared, options)
-        return self._finished(prepared, requests, await self._queued(requests, gone, arrival), options)
+            out = self._translations(requests, await self._queued(requests, gone, arrival), options)
+        else:
+            requests = self._segment_requests(prepared, options)
+            out = self._finished(prepared, requests, await self._queued(requests, gone, arrival), options)
+        return self._assessed(texts, out) if options.details else out
 
     async def _queued(
         self, requests: list[DecodeRequest], gone: Gone | None, arrival: float | None
@@ -327,9 +337,22 @@ class Engine:
         if prepared is not None:
             requests = self._segment_requests(prepared, options)
             results = self._decode_now(requests, False) if requests else []
-            return self._finished(prepared, requests, results, options)
-        requests = [self._request(t, options, options.details) for t in texts]
-        return self._translations(requests, self._decode_now(requests, False), options)
+            out = self._finished(prepared, requests, results, options)
+        else:
+            requests = [self._request(t, options, options.details) for t in texts]
+            out = self._translations(requests, self._decode_now(requests, False), options)
+        return self._assessed(texts, out) if options.details else out
+
+    def _assessed(self, texts: Sequence[str], translations: list[Translation]) -> list[Translation]:
+        """Details with each text's confidence and flags (service/confidence.py)."""
+        out = []
+        for text, t in zip(texts, translations, strict=True):
+            if (d := t.details) is not None:
+                content = [is_content(p) for p in d.source_tokens]
+                a = self.calibration.assess(Evidence(d.token_scores, d.coverage, content, text, t.text))
+                t = replace(t, details=replace(d, confidence=a.confidence, flags=a.flags))
+            out.append(t)
+        return out
 
     def _check(self, texts: Sequence[str]) -> None:
         """The texts as the caller sent them: valid Unicode and within ``max_chars`` (a segment, masked, may be
@@ -502,6 +525,7 @@ class Engine:
             score=round(hyp.score, 6),
             token_scores=[round(x, 6) for x in hyp.token_scores],
             alignment=[int(a) for a in alignment],
+            coverage=[round(float(c), 6) for c in coverage(cross, self.calibration.layers)],
         )
 
     def _attention_request(

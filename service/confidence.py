@@ -109,7 +109,7 @@ class Calibration:
     curve_y: npt.NDArray[np.float64] | None = None
 
     @classmethod
-    def from_manifest(cls, entry: Any, n_layers: int, where: str = "manifest.json") -> Calibration:
+    def from_manifest(cls, entry: Any, n_layers: int, bundle: str = "") -> Calibration:
         """Read the manifest's ``calibration`` (absent: the defaults, with no confidence); ``n_layers`` is the
         model's decoder layers, which ``layers`` must index.
 
@@ -140,7 +140,8 @@ class Calibration:
                 **arrays,
             )
         except (KeyError, TypeError, ValueError) as e:
-            raise BundleError(f"{where}: calibration is malformed ({e}): run `attnserve calibrate` again") from e
+            message = f"bundle {bundle}: calibration is malformed ({e}): run `attnserve calibrate` again"
+            raise BundleError(message) from e
 
     def linear(self, values: dict[str, float]) -> float:
         """The fitted linear score of a text's features (before the isotonic curve)."""

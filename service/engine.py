@@ -222,7 +222,7 @@ class Engine:
         self.budget = Budget(settings.memory_budget_mb * MiB, on_idle=trim_memory)
         self._on_input: Callable[[int], object] = _ignore
         calibration = bundle.manifest.get("calibration")  # absent: no confidence, default flag thresholds
-        self.calibration = Calibration.from_manifest(calibration, bundle.spec.n_decoder_layers, str(bundle.path))
+        self.calibration = Calibration.from_manifest(calibration, bundle.spec.n_decoder_layers, bundle.name)
         glossary = read_glossary(settings.glossary_dir, bundle.source_lang, bundle.target_lang)
         self.text = TextPipeline(self.tokenizer, bundle.source_lang, settings.sentence_split_chars, glossary)
 

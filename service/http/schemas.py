@@ -65,11 +65,11 @@ class TranslateResponse(BaseModel):
             {
                 "source_tokens": ["▁Open", "▁file", "</s>"],
                 "tokens": ["▁", "ファイルを開く", "</s>"],
-                "score": -0.412,
-                "token_scores": [-0.2, -0.15, -0.062],
-                "alignment": [1, 0, 2],
-                "coverage": [0.61, 0.72, 0.93],
-                "confidence": 0.83,
+                "score": -0.803315,
+                "token_scores": [-0.565294, -0.146731, -0.09129],
+                "alignment": [0, 0, 2],
+                "coverage": [0.445907, 0.345928, 0.80343],
+                "confidence": 0.76647,
                 "flags": [],
             }
         ],

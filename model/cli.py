@@ -6,10 +6,11 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 from pathlib import Path
 
-COMMANDS = ("train", "average", "evaluate", "export", "import-marian", "export-marian")
+COMMANDS = ("train", "average", "evaluate", "export", "import-marian", "export-marian", "calibrate")
 CACHE = Path.home() / ".cache" / "attnserve"
 
 
@@ -56,6 +57,13 @@ def build_parser() -> argparse.ArgumentParser:  # long: one declaration per subc
     p.add_argument("bundle", type=Path)
     p.add_argument("out_dir", type=Path)
     p.add_argument("--force", action="store_true")
+
+    p = sub.add_parser("calibrate", help="fit return_details' confidence and flags on the dev split (manifest)")
+    p.add_argument("bundle", type=Path)
+    p.add_argument("--corpus", type=Path, default=CACHE / "corpus" / "en-ja")
+    p.add_argument("--layers", type=int, nargs="+", default=[-1], help="decoder layers giving the coverage")
+    p.add_argument("--limit", type=int, default=None, help="first N dev pairs only")
+    p.add_argument("--dry-run", action="store_true", help="print the fit without writing the manifest")
     return parser
 
 
@@ -99,6 +107,11 @@ def main(argv: list[str]) -> int:  # long: one branch per subcommand, each impor
             from model.marian import export_marian
 
             print(export_marian(args.bundle, args.out_dir, force=args.force))
+        elif args.command == "calibrate":
+            from model.calibrate import calibrate
+
+            fitted = calibrate(args.bundle, args.corpus, layers=args.layers, limit=args.limit, write=not args.dry_run)
+            print(json.dumps({k: v for k, v in fitted.items() if k != "curve"}, indent=2))
     except (FileExistsError, FileNotFoundError, ValueError) as e:
         logging.getLogger("attnserve").error("%s", e)
         return 2

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from service.settings import Settings
     from service.translation import AttentionResult
 
-MODEL_COMMANDS = ("train", "average", "evaluate", "export", "import-marian", "export-marian")
+MODEL_COMMANDS = ("train", "average", "evaluate", "export", "import-marian", "export-marian", "calibrate")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -22,6 +22,7 @@ from service.admission import check_servable
 from service.budget import Budget, MiB, answer_bytes, request_bytes
 from service.bundle import Bundle, load_bundle
 from service.cache import LruCache, through_cache
+from service.confidence import Calibration, Evidence, coverage, is_content
 from service.decoding import BatchDecoder, DecodeRequest, DecodeResult, Hypothesis, StepRunner, decode
 from service.errors import ClientGone, NoSuchIndex, TooLarge
 from service.runner import CPU, Runner, trim_memory
@@ -116,6 +117,8 @@ class Engine:
         self._on_cache: Callable[[int, int], object] = _ignore
         # Translations of texts already translated with the same options (service/cache.py); None: off.
         self.cache = LruCache[Translation](settings.cache_mb * MiB) if settings.cache_mb else None
+        calibration = bundle.manifest.get("calibration")  # absent: no confidence, default flag thresholds
+        self.calibration = Calibration.from_manifest(calibration, bundle.spec.n_decoder_layers, bundle.name)
         glossary = read_glossary(settings.glossary_dir, bundle.source_lang, bundle.target_lang)
         self.text = TextPipeline(self.tokenizer, bundle.source_lang, settings.sentence_split_chars, glossary)
 
@@ -229,7 +232,8 @@ class Engine:
         prepared = self.text.prepare(texts, options.glossary, options.keep)
         if prepared is None:
             requests = [self._request(t, options, options.details) for t in texts]
-            return self._translations(requests, await self._queued(requests, gone, arrival), options)
+            out = self._translations(requests, await self._queued(requests, gone, arrival), options)
+            return self._assessed(texts, out) if options.details else out
         requests = self._segment_requests(prepared, options)
         results = await self._queued(requests, gone, arrival)
         if (again := self._unplaced(prepared, results)) and self.runners.forced is not None:
@@ -238,7 +242,8 @@ class Engine:
             redone = await self._queued([replace(requests[i], attention=True) for i in again], gone, arrival)
             for i, result in zip(again, redone, strict=True):
                 results[i] = result
-        return self._finished(prepared, requests, results, options)
+        out = self._finished(prepared, requests, results, options)
+        return self._assessed(texts, out) if options.details else out
 
     async def _queued(
         self, requests: list[DecodeRequest], gone: Gone | None, arrival: float | None
@@ -266,9 +271,22 @@ class Engine:
                 redone = self._decode_now([replace(requests[i], attention=True) for i in again], False)
                 for i, result in zip(again, redone, strict=True):
                     results[i] = result
-            return self._finished(prepared, requests, results, options)
-        requests = [self._request(t, options, options.details) for t in texts]
-        return self._translations(requests, self._decode_now(requests, False), options)
+            out = self._finished(prepared, requests, results, options)
+        else:
+            requests = [self._request(t, options, options.details) for t in texts]
+            out = self._translations(requests, self._decode_now(requests, False), options)
+        return self._assessed(texts, out) if options.details else out
+
+    def _assessed(self, texts: Sequence[str], translations: list[Translation]) -> list[Translation]:
+        """Details with each text's confidence and flags (service/confidence.py)."""
+        out = []
+        for text, t in zip(texts, translations, strict=True):
+            if (d := t.details) is not None:
+                content = [is_content(p) for p in d.source_tokens]
+                a = self.calibration.assess(Evidence(d.token_scores, d.coverage, content, text, t.text))
+                t = replace(t, details=replace(d, confidence=a.confidence, flags=a.flags))
+            out.append(t)
+        return out
 
     def _check(self, texts: Sequence[str]) -> None:
         """The texts as the caller sent them: valid Unicode and within ``max_chars`` (a segment, masked, may be
@@ -463,6 +481,7 @@ class Engine:
             score=round(hyp.score, 6),
             token_scores=[round(x, 6) for x in hyp.token_scores],
             alignment=[int(a) for a in alignment],
+            coverage=[round(float(c), 6) for c in coverage(cross, self.calibration.layers)],
         )
 
     def _attention_request(

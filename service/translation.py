@@ -4,7 +4,7 @@ translations with their details, /attention's result, and the checks and joins a
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -56,13 +56,17 @@ class Filters:
 @dataclass(frozen=True, slots=True)
 class Details:
     """One translation's tokens, log-probabilities (six decimals) and word alignment: each target token's most
-    attended source token, last layer, heads averaged."""
+    attended source token, last layer, heads averaged; each source token's coverage (the most attention any step
+    gave it, service/confidence.py), the calibrated confidence and the flags."""
 
     source_tokens: list[str]
     tokens: list[str]
     score: float
     token_scores: list[float]
     alignment: list[int]
+    coverage: list[float] = field(default_factory=list)
+    confidence: float | None = None
+    flags: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +139,7 @@ def join_details(parts: list[Details]) -> Details | None:
         score=round(sum(d.score for d in parts), 6),
         token_scores=[x for d in parts for x in d.token_scores],
         alignment=alignment,
+        coverage=[c for d in parts for c in d.coverage],
     )
 
 

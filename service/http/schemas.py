@@ -56,7 +56,24 @@ class TranslateResponse(BaseModel):
     detectedLanguage: dict[str, str | float] | list[dict[str, str | float]] | None = Field(
         None, description="With source 'auto': each text's detected language and confidence (0–100)."
     )
-    details: dict[str, Any] | list[dict[str, Any]] | None = None
+    details: dict[str, Any] | list[dict[str, Any]] | None = Field(
+        None,
+        description="With return_details: source_tokens, tokens, score, token_scores, alignment, coverage (each "
+        "source token's most attention from any step), confidence (0–1, calibrated on dev; null without a "
+        "calibration) and flags ('omission', 'copy'); {} for a text that decoded nothing.",
+        examples=[
+            {
+                "source_tokens": ["▁Open", "▁file", "</s>"],
+                "tokens": ["▁", "ファイルを開く", "</s>"],
+                "score": -0.803315,
+                "token_scores": [-0.565294, -0.146731, -0.09129],
+                "alignment": [0, 0, 2],
+                "coverage": [0.445907, 0.345928, 0.80343],
+                "confidence": 0.76647,
+                "flags": [],
+            }
+        ],
+    )
 
 
 class AttentionRequest(BaseModel):

@@ -55,6 +55,7 @@ class Bundle:
     name: str = "fake"
     source_lang: str = "en"
     target_lang: str = "ja"
+    manifest: dict[str, Any] = field(default_factory=dict)  # no calibration
 
 
 def fake_engine(**settings: Any) -> Engine:

@@ -120,4 +120,7 @@ def details_json(d: Details) -> dict[str, Any]:
         "score": d.score,
         "token_scores": d.token_scores,
         "alignment": d.alignment,
+        "coverage": d.coverage,
+        "confidence": d.confidence,
+        "flags": d.flags,
     }

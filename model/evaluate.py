@@ -52,11 +52,12 @@ UI_STRINGS = [
 ]
 
 
-def translate(runner: Runner, texts: list[str], beam_size: int, batch_size: int = 48) -> list[str]:
-    """Batched decoding with the service's decoder, sorted by length to cut padding."""
+def decode_tokens(runner: Runner, texts: list[str], beam_size: int, batch_size: int = 48) -> list[list[int]]:
+    """Each text's best hypothesis' tokens: batched decoding with the service's decoder, sorted by length to cut
+    padding."""
     tok = runner.bundle.tokenizer
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-    out = [""] * len(texts)
+    out: list[list[int]] = [[] for _ in texts]
     for start in tqdm(range(0, len(order), batch_size), desc=f"beam {beam_size}", unit="batch", leave=False):
         idx = order[start : start + batch_size]
         requests = []
@@ -64,8 +65,14 @@ def translate(runner: Runner, texts: list[str], beam_size: int, batch_size: int 
             src = tok.encode_source(texts[i])[: runner.spec.max_positions]
             requests.append(DecodeRequest(src=src, beam_size=beam_size, max_length=min(2 * len(src) + 10, 256)))
         for i, result in zip(idx, decode(runner, requests), strict=True):
-            out[i] = tok.decode(result.hypotheses[0].tokens)
+            out[i] = list(result.hypotheses[0].tokens)
     return out
+
+
+def translate(runner: Runner, texts: list[str], beam_size: int, batch_size: int = 48) -> list[str]:
+    """Each text's best translation (:func:`decode_tokens`, detokenized)."""
+    tok = runner.bundle.tokenizer
+    return [tok.decode(t) for t in decode_tokens(runner, texts, beam_size, batch_size)]
 
 
 def translation_memory(train: list[tuple[str, str]], sources: list[str]) -> list[str]:

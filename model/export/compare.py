@@ -12,26 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from model.data import read_pairs
-from model.evaluate import scores
+from model.evaluate import decode_tokens, scores
 from service.bundle import load_bundle
-from service.decoding import DecodeRequest, decode
 from service.runner import Runner
-
-
-def tokens(runner: Runner, texts: list[str], beam_size: int, batch_size: int = 48) -> list[list[int]]:
-    """Each text's best hypothesis' tokens, decoded as model/evaluate.py's ``translate`` decodes them."""
-    tok = runner.bundle.tokenizer
-    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-    out: list[list[int]] = [[] for _ in texts]
-    for start in range(0, len(order), batch_size):
-        idx = order[start : start + batch_size]
-        requests = []
-        for i in idx:
-            src = tok.encode_source(texts[i])[: runner.spec.max_positions]
-            requests.append(DecodeRequest(src=src, beam_size=beam_size, max_length=min(2 * len(src) + 10, 256)))
-        for i, result in zip(idx, decode(runner, requests), strict=True):
-            out[i] = list(result.hypotheses[0].tokens)
-    return out
 
 
 def compare(before: Path, after: Path, corpus: Path, variants: list[str], limit: int | None) -> dict[str, Any]:
@@ -43,7 +26,7 @@ def compare(before: Path, after: Path, corpus: Path, variants: list[str], limit:
     for variant in variants:
         runners = [Runner(b, "cpu", threads=0, fast=variant == "float32", variant=variant) for b in bundles]
         for name, beam in (("greedy", 1), ("beam 4", 4)):
-            ids = [tokens(r, sources, beam) for r in runners]
+            ids = [decode_tokens(r, sources, beam) for r in runners]
             texts = [[b.tokenizer.decode(t) for t in side] for b, side in zip(bundles, ids, strict=True)]
             report[f"{name}, {variant}"] = {
                 "differ": sum(a != b for a, b in zip(*ids, strict=True)),

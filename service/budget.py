@@ -23,7 +23,7 @@ from service.errors import TooLarge
 from service.scheduler import QueueFull
 
 MiB = 1 << 20
-IDLE_S = 1.0  # seconds with nothing held before ``on_idle``
+IDLE_S = 1.0  # seconds with nothing held before ``trim``
 
 
 class AttentionFilter(Protocol):
@@ -92,18 +92,27 @@ class Budget:
     Args:
         capacity: the budget in bytes.
         setting: the setting it comes from, named when a request can never fit.
-        on_idle: called on a worker thread once nothing has been held for :data:`IDLE_S` (the engine hands
-            the heap back to the system: service.runner.trim_memory).
+        trim: called on a worker thread once nothing has been held for :data:`IDLE_S`, and under load when a
+            hold ends at least ``trim_every_s`` after the last call (the engine hands the heap's free memory back
+            to the system: service.runner.trim_memory). Without the calls under load, the heap keeps the highest
+            mark that chance coincidences of large requests ever reached, and resident memory creeps up.
+        trim_every_s: the least time between two calls under load; 0: only when idle.
     """
 
     def __init__(
-        self, capacity: int, setting: str = "memory_budget_mb", on_idle: Callable[[], object] | None = None
+        self,
+        capacity: int,
+        setting: str = "memory_budget_mb",
+        trim: Callable[[], object] | None = None,
+        trim_every_s: float = 0.0,
     ) -> None:
         self.capacity = capacity
         self.setting = setting
-        self.on_idle = on_idle
+        self.trim = trim
+        self.trim_every_s = trim_every_s
         self.used = 0
         self._emptied = 0.0  # when the last hold ended with nothing else held
+        self._trimmed = time.monotonic()  # when ``trim`` was last called
         self._idle_check: asyncio.TimerHandle | None = None
         self._waiters: deque[_Waiter] = deque()
         self._held_seconds = 1.0  # running mean of how long a hold lasts, for Retry-After
@@ -135,21 +144,34 @@ class Budget:
             self._held_seconds = 0.9 * self._held_seconds + 0.1 * (time.monotonic() - start)
             self.used -= size
             self._wake()
-            if not self.used and self.on_idle is not None:
-                self._emptied = time.monotonic()
-                if self._idle_check is None:
-                    self._idle_check = asyncio.get_running_loop().call_later(IDLE_S, self._when_idle)
+            if self.trim is not None:
+                self._released()
+
+    def _released(self) -> None:
+        """After a hold ended: trim now if load has gone on for ``trim_every_s`` since the last trim; with
+        nothing held, look again in :data:`IDLE_S`."""
+        now = time.monotonic()
+        if self.trim_every_s and now - self._trimmed >= self.trim_every_s:
+            self._call_trim()
+        if not self.used:
+            self._emptied = now
+            if self._idle_check is None:
+                self._idle_check = asyncio.get_running_loop().call_later(IDLE_S, self._when_idle)
 
     def _when_idle(self) -> None:
-        """Call ``on_idle`` if nothing was held since the budget emptied :data:`IDLE_S` ago; else look again."""
+        """Call ``trim`` if nothing was held since the budget emptied :data:`IDLE_S` ago; else look again."""
         self._idle_check = None
         if self.used or self._waiters:
             return  # the next hold to end with nothing held looks again
-        loop = asyncio.get_running_loop()
         if (left := self._emptied + IDLE_S - time.monotonic()) > 0:
-            self._idle_check = loop.call_later(left, self._when_idle)
-        elif self.on_idle is not None:
-            loop.run_in_executor(None, self.on_idle)
+            self._idle_check = asyncio.get_running_loop().call_later(left, self._when_idle)
+        else:
+            self._call_trim()
+
+    def _call_trim(self) -> None:
+        self._trimmed = time.monotonic()
+        if self.trim is not None:
+            asyncio.get_running_loop().run_in_executor(None, self.trim)
 
     async def _wait(self, size: int, deadline: float) -> None:
         waiter = _Waiter(size, asyncio.get_running_loop().create_future())

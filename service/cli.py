@@ -81,6 +81,7 @@ def serve(settings: Settings) -> int:
 
     from service.app import create_app
     from service.http.slow_clients import uvicorn_options
+    from service.runner import tune_memory
     from service.server import Server
     from service.startup import StartupError, bind, check
 
@@ -90,6 +91,7 @@ def serve(settings: Settings) -> int:
     except StartupError as e:
         print(f"attnserve: {e}", file=sys.stderr)
         return 2
+    tune_memory()  # before any thread starts, so that every thread allocates from the one malloc arena it sets
     app = create_app(settings, bundles, on_fatal=lambda message: server.fail(message))
     config = uvicorn.Config(
         app,

@@ -111,8 +111,11 @@ class Engine:
         self.tokenizer = bundle.tokenizer
         self.runners = runners
         self.schedulers: dict[str, list[Scheduler]] = {}  # "exact", "fast": one per decoding thread
-        # What requests in flight hold (service/budget.py); the heap goes back to the system once none is left.
-        self.budget = Budget(settings.memory_budget_mb * MiB, on_idle=trim_memory)
+        # What requests in flight hold (service/budget.py); the heap's free memory goes back to the system when
+        # none is left, and every memory_trim_interval_s under load.
+        self.budget = Budget(
+            settings.memory_budget_mb * MiB, trim=trim_memory, trim_every_s=settings.memory_trim_interval_s
+        )
         self._on_input: Callable[[int], object] = _ignore
         self._on_cache: Callable[[int, int], object] = _ignore
         # Translations of texts already translated with the same options (service/cache.py); None: off.

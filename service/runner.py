@@ -37,7 +37,9 @@ def tune_memory() -> bool:
     caches and logits of a few megabytes and frees the previous ones; by default glibc hands such blocks back to the
     kernel (mmap and trim thresholds that adapt) and the next step faults fresh pages in. Here arrays up to 32 MiB
     come from the heap, and up to 256 MiB of freed heap stays mapped: far fewer page faults (glibc only; elsewhere
-    nothing changes; docs/BENCHMARKS.md).
+    nothing changes; docs/BENCHMARKS.md). All threads share one malloc arena: the decoding, event-loop and worker
+    threads free each other's arrays, and with an arena per thread each arena keeps its own free memory, so
+    resident memory creeps up under steady load.
 
     And numpy does not ask Linux for 2 MiB pages for arrays of 4 MiB or more (``NUMPY_MADVISE_HUGEPAGE=0``, which
     numpy reads only when it is imported): such a page is zeroed whole when one byte of it is first written, and the
@@ -55,8 +57,13 @@ def tune_memory() -> bool:
         mallopt = ctypes.CDLL("libc.so.6").mallopt
     except (OSError, AttributeError):  # not glibc: macOS, Windows, musl
         return False
-    M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3  # <malloc.h>
-    settings = ((M_MMAP_THRESHOLD, 32 << 20), (M_TRIM_THRESHOLD, 256 << 20), (M_TOP_PAD, 64 << 20))
+    M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD, M_ARENA_MAX = -1, -2, -3, -8  # <malloc.h>
+    settings = (
+        (M_MMAP_THRESHOLD, 32 << 20),
+        (M_TRIM_THRESHOLD, 256 << 20),
+        (M_TOP_PAD, 64 << 20),
+        (M_ARENA_MAX, 1),
+    )
     return all(mallopt(option, value) == 1 for option, value in settings) and hugepages is not None
 
 
@@ -64,8 +71,8 @@ def trim_memory() -> bool:
     """Hand the heap's free memory back to the system (glibc's ``malloc_trim``, every arena); whether it did.
 
     :func:`tune_memory` keeps freed memory mapped so that decoding steps reuse it; after a burst that keeps the
-    burst's peak resident for good. The schedulers call this once their decoding thread has been idle a while,
-    when no step is there to pay for faulting the pages in again.
+    burst's peak resident for good. The engine's memory budget (service/budget.py) calls this once nothing has been
+    in flight a while, and now and then under steady load, so that the steps' faulting pages in again stays rare.
     """
     try:
         malloc_trim = ctypes.CDLL("libc.so.6").malloc_trim
@@ -82,14 +89,16 @@ def attention_library() -> str:
     return str(_attention.__file__)
 
 
-def session_options(threads: int, arena: bool = True) -> ort.SessionOptions:
+def session_options(threads: int) -> ort.SessionOptions:
     """The options of every session: ``threads`` intra-op threads that sleep when they wait, attnserve's kernels,
-    and ONNX Runtime's CPU memory arena unless ``arena`` is false."""
+    and no CPU memory arena."""
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
-    opts.enable_cpu_mem_arena = arena
+    # ONNX Runtime's arena grows to the largest batch ever seen and never shrinks; malloc's free memory goes back
+    # to the system with trim_memory, and decoding is no slower without the arena.
+    opts.enable_cpu_mem_arena = False
     # Waiting threads sleep instead of spinning: a spinning pool collapses when another process holds a core.
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     opts.register_custom_ops_library(attention_library())  # the fast decoder's attention (domain attnserve)
@@ -168,11 +177,7 @@ class Runner:
 
         def session(role: str) -> ort.InferenceSession:
             path = str(bundle.graph(role, variant))
-            # Attention outputs grow with the texts' lengths: without ONNX Runtime's arena, which never shrinks,
-            # a graph that gives them allocates from malloc, whose free memory trim_memory returns to the system.
-            arena = not bundle.form(role, variant).attentions
-            options = opts if arena else session_options(threads, arena=False)
-            return ort.InferenceSession(path, options, providers=providers, disabled_optimizers=disabled)
+            return ort.InferenceSession(path, opts, providers=providers, disabled_optimizers=disabled)
 
         self.encoder = encoder or session("encoder")
         self.decoder = session("fast_decoder" if fast else "decoder")

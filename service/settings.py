@@ -112,6 +112,15 @@ class Settings(BaseSettings):
         "wait until their deadline, then get 503 + Retry-After; one that needs more than all of it gets 413.",
     )
 
+    memory_trim_interval_s: float = Field(
+        5.0,
+        ge=0,
+        description="Under steady load, the heap's free memory is handed back to the system at most this often "
+        "(glibc malloc_trim; it is handed back anyway after a second with no request in flight). Without it, "
+        "resident memory keeps the highest mark that coincidences of large requests ever reached; each trim makes "
+        "the next decoding steps fault their freed pages in again. 0: only when idle.",
+    )
+
     cache_mb: int = Field(
         0,
         ge=0,

@@ -1,11 +1,13 @@
 """The in-flight memory budget (service/budget.py): waits oldest first, refuses at the deadline or when a request
-could never fit, hands memory back once idle; and its estimates against the model's sizes."""
+could never fit, hands memory back once idle and now and then under load; and its estimates against the model's
+sizes."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 
+import numpy as np
 import pytest
 
 from service import budget as budget_module
@@ -87,10 +89,10 @@ def test_a_cancelled_waiter_gives_its_place_back() -> None:
     assert budget.used == 0
 
 
-def test_on_idle_is_called_once_nothing_was_held_for_a_while(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_trim_is_called_once_nothing_was_held_for_a_while(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(budget_module, "IDLE_S", 0.05)
     calls: list[float] = []
-    budget = Budget(100, on_idle=lambda: calls.append(time.monotonic()))
+    budget = Budget(100, trim=lambda: calls.append(time.monotonic()))
 
     async def go() -> None:
         for _ in range(3):  # busy again within IDLE_S: no call yet
@@ -101,6 +103,28 @@ def test_on_idle_is_called_once_nothing_was_held_for_a_while(monkeypatch: pytest
 
     asyncio.run(go())
     assert len(calls) == 1
+
+
+def test_trim_is_called_under_steady_load_at_most_every_trim_every_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(budget_module, "IDLE_S", 10.0)  # never idle here
+    calls: list[float] = []
+    budget = Budget(100, trim=lambda: calls.append(time.monotonic()), trim_every_s=0.1)
+
+    async def client() -> None:
+        end = time.monotonic() + 0.55
+        while time.monotonic() < end:
+            async with budget.hold(10, time.monotonic() + 5):
+                await asyncio.sleep(0.01)
+
+    async def go() -> None:
+        await asyncio.gather(client(), client())  # overlapping holds: the budget never empties
+        await asyncio.sleep(0.05)  # let the executor run the last call
+
+    start = time.monotonic()
+    asyncio.run(go())
+    assert 4 <= len(calls) <= 6
+    gaps = np.diff([start, *calls])
+    assert gaps.min() >= 0.1 - 0.01
 
 
 def test_attention_costs_grow_with_source_and_target_and_the_default_budget_serves_the_largest() -> None:

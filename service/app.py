@@ -17,6 +17,7 @@ from service import startup
 from service.bundle import Bundle
 from service.engine import Engine, Runners
 from service.http import errors
+from service.http.access_log import hide_keys
 from service.http.drain import Drain, Shutdown
 from service.http.middleware import BodyLimit, RequestMetrics
 from service.http.openapi import openapi_with_request_bodies
@@ -49,6 +50,7 @@ def configure_logging(settings: Settings) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(settings.log_level.upper())
+    hide_keys()
 
 
 async def start(state: State, bundles: list[Bundle], on_fatal: Callable[[str], None] | None = None) -> None:

@@ -99,7 +99,7 @@ def serve(settings: Settings) -> int:
         port=settings.port,
         log_config=None,
         timeout_graceful_shutdown=1,  # uvicorn's own shutdown comes after the drain: only 503s are left to send
-        **uvicorn_options(settings),
+        **uvicorn_options(settings, app),
     )
     server = Server(config, app.state.shutdown)
     server.run(sockets=[sock])

@@ -14,7 +14,8 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
@@ -120,6 +121,47 @@ def int8_decoder(source: Path, dest: Path, h: int) -> None:
 DERIVE: dict[str, Callable[[Path, Path, int], None]] = {"int8-encoder": int8_encoder, "int8-decoder": int8_decoder}
 
 
+class Theirs(logging.Filter):
+    """Drops the records below ERROR that code under ``package`` logs through the root logger itself; as a filter of
+    the root logger it never sees the records that other loggers hand up to the root's handlers."""
+
+    def __init__(self, package: Path) -> None:
+        super().__init__()
+        self.package = str(package) + os.sep
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.ERROR or not record.pathname.startswith(self.package)
+
+
+@contextmanager
+def quiet_quantizer() -> Iterator[None]:
+    """Within it, ONNX Runtime's quantizer logs its errors only.
+
+    The quantizer logs through the root logger (``logging.warning(...)``: advice such as "Please consider to run
+    pre-processing before quantization", meant for calibrated quantization), which a logger's level cannot silence
+    and whose first call gives a process without logging configured ``logging.basicConfig``'s handler for good; its
+    helpers log through the ``onnxruntime`` loggers. Called around each derive, from the command line and from a
+    server's first load alike.
+    """
+    import onnxruntime
+
+    root, helpers = logging.getLogger(), logging.getLogger("onnxruntime")
+    theirs, level = Theirs(Path(onnxruntime.__file__).parent), helpers.level
+    # a handler keeps logging.warning from configuring the root; lastResort is what answers when there is none
+    stand_in = None if root.handlers else (logging.lastResort or logging.NullHandler())
+    root.addFilter(theirs)
+    helpers.setLevel(logging.ERROR)
+    if stand_in is not None:
+        root.addHandler(stand_in)
+    try:
+        yield
+    finally:
+        if stand_in is not None:
+            root.removeHandler(stand_in)
+        helpers.setLevel(level)
+        root.removeFilter(theirs)
+
+
 def derived_entries(where: str, manifest: dict[str, Any]) -> dict[str, tuple[str, str]]:
     """The manifest's ``derived`` object as derived file -> (source file, how).
 
@@ -167,7 +209,8 @@ def derive_missing(bundle_dir: Path, manifest: dict[str, Any], force: bool = Fal
         os.close(fd)
         try:
             try:
-                DERIVE[how](bundle_dir / source, Path(tmp_name), int(manifest["model"]["h"]))
+                with quiet_quantizer():
+                    DERIVE[how](bundle_dir / source, Path(tmp_name), int(manifest["model"]["h"]))
             except Exception as e:  # ONNX Runtime's and onnx's errors have no common base: one line, naming the file
                 raise DeriveError(f"{dest}: cannot be derived from {source} ({type(e).__name__}: {e})") from e
             os.chmod(tmp_name, 0o644)  # readable as the shipped files are (mkstemp's are the owner's only)

@@ -20,7 +20,17 @@ from prometheus_client import (
 from service.scheduler import StepStats
 
 ENDPOINTS = ("translate", "attention", "languages", "other")
-REJECT_REASONS = ("queue_full", "deadline", "too_large", "invalid", "auth", "rate_limited", "key_limited", "slow_body")
+REJECT_REASONS = (
+    "queue_full",
+    "deadline",
+    "too_large",
+    "invalid",
+    "auth",
+    "rate_limited",
+    "key_limited",
+    "slow_body",
+    "header_too_large",
+)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 STEP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)

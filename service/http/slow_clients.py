@@ -6,7 +6,8 @@ memory: for the request head (a connection protocol), for the body (ASGI middlew
   header byte at a time, would stay open for ever).
 - ``max_header_bytes``: a request head still incomplete after that many bytes is answered 431 and the connection
   closed (httptools, unlike h11, takes heads of any size; a head that completes within one read of the socket is
-  let through, so a connection holds at most this or one read).
+  let through, so a connection holds at most this or one read); each counts in
+  ``rejected_total{reason="header_too_large"}``.
 - ``body_timeout_s``: a request's whole body must arrive within it of its headers; otherwise it is answered 408
   with ``Connection: close``, and the app reads a disconnect.
 - ``keep_alive_timeout_s``: uvicorn's ``timeout_keep_alive``, how long an idle connection waits for its next request.
@@ -19,6 +20,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -36,12 +38,19 @@ class HeaderDeadline(HttpToolsProtocol):
     _header_timer: asyncio.TimerHandle | None = None
     _head_bytes = 0
 
+    @staticmethod
+    def metrics() -> Metrics | None:
+        """Where the refused heads count (:func:`header_deadline` sets it; None: not counted)."""
+        return None
+
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
         if self._header_timer is None:
             return
         self._head_bytes += len(data)  # all of it is head: the head is still not complete
         if self._head_bytes > self.max_header_bytes and not self.transport.is_closing():
+            if (m := self.metrics()) is not None:
+                m.reject("header_too_large")
             if not self._busy():
                 self.transport.write(_too_large_head(self.max_header_bytes))
             self.transport.close()
@@ -88,15 +97,26 @@ def _too_large_head(limit: int) -> bytes:
     return f"{head}content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode() + body
 
 
-def header_deadline(seconds: float, max_bytes: int = HeaderDeadline.max_header_bytes) -> type[HeaderDeadline]:
+def header_deadline(
+    seconds: float,
+    max_bytes: int = HeaderDeadline.max_header_bytes,
+    metrics: Callable[[], Metrics | None] = HeaderDeadline.metrics,
+) -> type[HeaderDeadline]:
     """The protocol class for uvicorn's ``http`` option, with a request-head deadline of ``seconds`` and a head of
-    at most ``max_bytes``."""
-    return type("HeaderDeadline", (HeaderDeadline,), {"header_timeout_s": seconds, "max_header_bytes": max_bytes})
+    at most ``max_bytes``; ``metrics`` gives where the 431s count, once there is one."""
+    attributes = {"header_timeout_s": seconds, "max_header_bytes": max_bytes, "metrics": staticmethod(metrics)}
+    return type("HeaderDeadline", (HeaderDeadline,), attributes)
 
 
-def uvicorn_options(settings: Settings) -> dict[str, Any]:
-    """The keyword arguments of ``uvicorn.run`` / ``uvicorn.Config`` that carry the connection deadlines."""
-    protocol = header_deadline(settings.header_timeout_s, settings.max_header_bytes)
+def uvicorn_options(settings: Settings, app: FastAPI) -> dict[str, Any]:
+    """The keyword arguments of ``uvicorn.run`` / ``uvicorn.Config`` that carry the connection deadlines, for
+    ``app`` (:func:`service.app.create_app`'s, whose metrics count the refused heads)."""
+
+    def metrics() -> Metrics | None:
+        state = getattr(app.state, "attnserve", None)  # the lifespan sets it, before the server listens
+        return state.metrics if state is not None else None
+
+    protocol = header_deadline(settings.header_timeout_s, settings.max_header_bytes, metrics)
     return {"timeout_keep_alive": settings.keep_alive_timeout_s, "http": protocol}
 
 

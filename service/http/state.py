@@ -28,6 +28,16 @@ class State:
         self.not_ready = "loading the models"  # why not ready, for /readyz and 503s
         self.admission = Admission(settings)
 
+    def served(self) -> dict[tuple[str, str], Engine]:
+        """The engines by language pair, once every one is loaded and warm.
+
+        Raises:
+            NotReady: the engines are still loading (or failed to): which pairs are served is not known yet.
+        """
+        if not self.ready:
+            raise NotReady(f"the server is not ready ({self.not_ready}); retry shortly")
+        return self.engines
+
     def engine(self, source: str, target: str) -> tuple[Engine, bool]:
         """The engine for a pair; ``source="auto"`` picks the only pair with that target. Returns (engine, auto).
 
@@ -36,17 +46,16 @@ class State:
             AmbiguousSource: ``source="auto"`` and several pairs translate into ``target``.
             NotReady: the engines are still loading (or failed to).
         """
-        if not self.ready:
-            raise NotReady(f"the server is not ready ({self.not_ready}); retry shortly")
+        engines = self.served()
         if source == "auto":
-            found = [e for (_, t), e in self.engines.items() if t == target]
+            found = [e for (_, t), e in engines.items() if t == target]
             if len(found) == 1:
                 return found[0], True
             if found:
                 raise AmbiguousSource(f"several pairs translate into {target!r}; set 'source' explicitly")
-        elif (source, target) in self.engines:
-            return self.engines[(source, target)], False
-        pairs = ", ".join(f"{s}→{t}" for s, t in self.engines)
+        elif (source, target) in engines:
+            return engines[(source, target)], False
+        pairs = ", ".join(f"{s}→{t}" for s, t in engines)
         raise UnknownPair(f"no model translates {source}→{target}; this server serves {pairs} (GET /languages)")
 
 

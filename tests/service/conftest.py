@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
@@ -29,16 +30,20 @@ class Server:
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self) -> Server:
+        return self.start("/readyz")
+
+    def start(self, probe: str) -> Server:
+        """Run the server until ``probe`` answers 200: ``/readyz`` (ready), or ``/healthz`` (listening)."""
         self.thread.start()
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
-                if httpx.get(self.url + "/readyz", timeout=1).status_code == 200:
+                if httpx.get(self.url + probe, timeout=1).status_code == 200:
                     return self
             except httpx.TransportError:
                 pass
             time.sleep(0.05)
-        raise RuntimeError("the server did not become ready")
+        raise RuntimeError(f"the server did not answer {probe}")
 
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
@@ -64,6 +69,29 @@ def make_server(tiny_bundle: Path) -> Iterator[ServerFactory]:
     yield start
     for s in started:
         s.__exit__()
+
+
+@pytest.fixture(scope="module")
+def loading_server(tiny_bundle: Path) -> Iterator[Server]:
+    """A server that listens while its models are still loading, for good: the lifespan's ``start`` (service/app.py)
+    never ends, so no engine is there yet and /readyz stays 503. Patched only while the lifespan calls it."""
+
+    async def loading(*args: object) -> None:
+        await asyncio.Event().wait()
+
+    server = Server(Settings(bundles=[tiny_bundle]))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("service.app.start", loading)
+        server.start("/healthz")
+    yield server
+    server.__exit__()
+
+
+def assert_loading(response: httpx.Response) -> None:
+    """The answer of a request that needs the models (or the served languages) while they load."""
+    assert response.status_code == 503, response.text
+    assert response.headers["Retry-After"] == "1"
+    assert response.json() == {"error": "the server is not ready (loading the models); retry shortly"}
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ exporter's to the byte (the manifest's sha256), again on every run, and a bundle
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import subprocess
 import sys
@@ -49,6 +50,20 @@ def test_derivation_is_deterministic(underived: Path) -> None:
     derive_missing(underived, manifest, force=True)
     assert {name: (underived / name).read_bytes() for name in INT8} == before
     assert derive_missing(underived, manifest) == []  # present: nothing to do
+
+
+def test_a_derive_logs_only_its_own_lines(underived: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """ONNX Runtime's quantizer logs through the root logger ("Please consider to run pre-processing"); none of it
+    reaches a handler, and the root logger is left as it was."""
+    root = logging.getLogger()
+    filters, handlers = list(root.filters), list(root.handlers)
+    with caplog.at_level(logging.DEBUG):
+        derive_missing(underived, manifest_of(underived))
+    assert [(r.name, r.getMessage().split(" from ")[0]) for r in caplog.records] == [
+        ("service.derive", f"deriving {underived / name}") for name in sorted(INT8)
+    ]
+    assert (root.filters, root.handlers) == (filters, handlers)
+    assert logging.getLogger("onnxruntime").level == logging.NOTSET
 
 
 def test_the_derived_graphs_decode(underived: Path) -> None:
@@ -111,6 +126,7 @@ def test_attnserve_derive_writes_and_verifies(underived: Path) -> None:
     result = subprocess.run(run, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert sorted(Path(line).name for line in result.stdout.splitlines()) == sorted(INT8)
+    assert result.stderr == ""  # nothing of the quantizer's
     (underived / "decoder.int8.onnx").write_bytes(b"damaged")
     result = subprocess.run(run, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2

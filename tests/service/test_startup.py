@@ -178,8 +178,8 @@ def test_graph_that_onnx_runtime_refuses_ends_the_process_after_listening(tiny_b
 
 
 def test_listens_while_loading_and_is_ready_once_warm(tiny_bundle: Path, tmp_path: Path) -> None:
-    """Warm-up waits for a gate file: until it opens, /healthz is 200, /readyz and the work endpoints 503 with
-    Retry-After; then /readyz turns 200 and /translate answers."""
+    """Warm-up waits for a gate file: until it opens, /healthz is 200, /readyz, the work endpoints and those that
+    answer the served languages 503 with Retry-After; then /readyz turns 200 and /translate answers."""
     gate = tmp_path / "gate"
     body = {"q": "Open file", "source": "en", "target": "ja"}
     with ServeProcess(tmp_path / "log", warm_up_gate=gate, bundles=tiny_bundle) as server:
@@ -192,6 +192,14 @@ def test_listens_while_loading_and_is_ready_once_warm(tiny_bundle: Path, tmp_pat
                 assert "loading the models" in ready.json()["error"]
                 for path, extra in (("/translate", {}), ("/attention", {"kinds": ["cross"]})):
                     busy = client.post(path, json=body | extra)
+                    assert busy.status_code == 503 and busy.headers["Retry-After"] == "1", busy.text
+                    assert "not ready" in busy.json()["error"]
+                for busy in (  # the engines are there, warming up: what they serve is not answered yet either
+                    client.get("/languages"),
+                    client.get("/frontend/settings"),
+                    client.post("/detect", json={"q": " "}),
+                    client.post("/translate", json=body | {"source": "auto"}),
+                ):
                     assert busy.status_code == 503 and busy.headers["Retry-After"] == "1", busy.text
                     assert "not ready" in busy.json()["error"]
             gate.touch()

@@ -41,7 +41,7 @@ async def attention(request: Request) -> Response:
         raise EmptyText("q is empty; send a text with at least one non-space character")
     source = body.source
     if source == "auto":
-        source = detect_sources(state.detector, [body.q], body.target, list(state.engines))[0].language
+        source = detect_sources(state.detector, [body.q], body.target, list(state.served()))[0].language
     engine, _ = state.engine(source, body.target)
     options = Options(beam_size=body.beam_size, max_length=body.max_length)
     check_options(state.settings, options)

@@ -46,9 +46,13 @@ async def detect(request: Request) -> JSONResponse:
 def candidates(state: State, text: str) -> list[dict[str, Any]]:
     """Up to :data:`CANDIDATES` languages of ``text`` with a confidence of at least 1, and always the likeliest.
     A blank text, whose language cannot be told, gives the first served source language with confidence 0 (never
-    an empty list, which clients that read the first candidate do not expect)."""
+    an empty list, which clients that read the first candidate do not expect).
+
+    Raises:
+        NotReady: a blank text while the engines are still loading (the served languages are not known yet).
+    """
     found = state.detector.detect(text, CANDIDATES)
     if not found:
-        found = [Detection(next(iter(state.engines))[0], 0.0)]
+        found = [Detection(next(iter(state.served()))[0], 0.0)]
     kept = found[:1] + [d for d in found[1:] if d.confidence >= 1]
     return [{"confidence": d.confidence, "language": d.language} for d in kept]

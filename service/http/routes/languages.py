@@ -24,7 +24,7 @@ async def languages(request: Request) -> list[dict[str, Any]]:
     """Every language of the served pairs with its ``targets``, as LibreTranslate lists them."""
     state = state_of(request)
     targets: dict[str, set[str]] = {}
-    for source, target in state.engines:
+    for source, target in state.served():
         targets.setdefault(source, set()).add(target)
         targets.setdefault(target, set())
     return [{"code": c, "name": LANGUAGE_NAMES.get(c, c), "targets": sorted(t)} for c, t in sorted(targets.items())]

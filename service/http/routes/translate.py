@@ -36,6 +36,7 @@ async def translate(request: Request) -> OrjsonResponse:
     state = state_of(request)
     body = await json_body(request, TranslateRequest)
     state.admission.check(request, body.api_key, body.q)
+    engines = state.served()  # 503 while loading, whatever the source
     engine = None if body.source == "auto" else state.engine(body.source, body.target)[0]  # auto: per text, below
     texts = [body.q] if isinstance(body.q, str) else body.q
     check_texts(state.settings, texts)
@@ -57,7 +58,7 @@ async def translate(request: Request) -> OrjsonResponse:
     elif engine is None:
         gone = request.is_disconnected
         translations, detected = await translate_auto(
-            state.engines, state.detector, texts, body.target, options, gone, arrival
+            engines, state.detector, texts, body.target, options, gone, arrival
         )
     else:
         translations = await engine.translate(texts, options, request.is_disconnected, arrival)
@@ -72,7 +73,7 @@ async def translate_pages(
     detected = None
     sources = [body.source] * len(pages)
     if body.source == "auto":
-        detected = detect_sources(state.detector, pages, body.target, list(state.engines))
+        detected = detect_sources(state.detector, pages, body.target, list(state.served()))
         sources = [d.language for d in detected]
     plain = replace(options, alternatives=0, details=False)
     translations = []

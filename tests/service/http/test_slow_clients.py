@@ -28,7 +28,7 @@ class ConfiguredServer(Server):
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings)
         config = uvicorn.Config(
-            self.app, host="127.0.0.1", port=self.port, log_level="warning", **uvicorn_options(settings)
+            self.app, host="127.0.0.1", port=self.port, log_level="warning", **uvicorn_options(settings, self.app)
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
@@ -140,9 +140,13 @@ def test_a_request_head_over_max_header_bytes_gets_431(serve: Any) -> None:
         return data
 
     assert asyncio.run(send_head(16384)).startswith(b"HTTP/1.1 200 ")
+    with server.client() as c:
+        assert 'attnserve_rejected_total{reason="header_too_large"} 0.0' in c.get("/metrics").text
     head, body = asyncio.run(send_head(1_000_000)).split(b"\r\n\r\n", 1)
     assert head.startswith(b"HTTP/1.1 431 ")
     assert json.loads(body) == {"error": "the request line and headers are over max_header_bytes=32768"}
+    with server.client() as c:
+        assert 'attnserve_rejected_total{reason="header_too_large"} 1.0' in c.get("/metrics").text
 
 
 def test_a_body_in_time_is_unaffected(serve: Any) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from service.bundle import load_bundle
 from service.http import arrays
-from tests.service.conftest import Server
+from tests.service.conftest import Server, assert_loading
 
 KINDS = ("encoder", "decoder", "cross")
 
@@ -122,3 +122,9 @@ def test_gzip_only_when_the_client_accepts_it(server: Server) -> None:
     assert zipped.headers["content-encoding"] == "gzip"
     assert int(zipped.headers["content-length"]) < int(raw.headers["content-length"])
     assert zipped.json() == raw.json()  # httpx decompresses
+
+
+@pytest.mark.parametrize("source", ["auto", "en"])
+def test_attention_is_503_while_the_models_load(loading_server: Server, source: str) -> None:
+    with loading_server.client() as c:
+        assert_loading(c.post("/attention", json={"q": "Open file", "source": source, "target": "ja"}))

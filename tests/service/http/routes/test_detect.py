@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.service.conftest import Server, ServerFactory
+from tests.service.conftest import Server, ServerFactory, assert_loading
 
 EN, DE, FR = "Delete the selected files?", "Die ausgewählten Dateien löschen?", "Supprimer les fichiers sélectionnés ?"
 
@@ -112,3 +112,12 @@ def test_an_explicit_source_is_not_detected(server: Server) -> None:
     with server.client() as c:
         r = c.post("/translate", json={"q": FR, "source": "en", "target": "ja"})
     assert r.status_code == 200 and "detectedLanguage" not in r.json()
+
+
+def test_a_blank_text_is_503_while_the_models_load(loading_server: Server) -> None:
+    """A blank text answers the first served source, not known yet; other texts need only the detector."""
+    with loading_server.client() as c:
+        assert_loading(c.post("/detect", json={"q": " "}))
+        assert_loading(c.post("/detect", json={"q": [EN, " "]}))
+        r = c.post("/detect", json={"q": DE})
+    assert r.status_code == 200 and r.json()[0]["language"] == "de", r.text

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.service.conftest import Server, ServerFactory
+from tests.service.conftest import Server, ServerFactory, assert_loading
 
 
 def test_frontend_settings(server: Server) -> None:
@@ -34,3 +34,8 @@ def test_suggest_is_off(server: Server) -> None:
         g = c.get("/suggest")
     assert r.status_code == 403 and r.json() == {"error": "Suggestions are disabled on this server."}
     assert g.status_code == 405
+
+
+def test_frontend_settings_are_503_while_the_models_load(loading_server: Server) -> None:
+    with loading_server.client() as c:
+        assert_loading(c.get("/frontend/settings"))

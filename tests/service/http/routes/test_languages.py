@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.service.conftest import Server
+from tests.service.conftest import Server, assert_loading
 
 
 def test_languages_list_targets_too_in_libretranslate_shape(server: Server) -> None:
@@ -11,3 +11,8 @@ def test_languages_list_targets_too_in_libretranslate_shape(server: Server) -> N
             {"code": "en", "name": "English", "targets": ["ja"]},
             {"code": "ja", "name": "Japanese", "targets": []},  # Weblate keeps only the codes listed here
         ]
+
+
+def test_languages_are_503_while_the_models_load(loading_server: Server) -> None:
+    with loading_server.client() as c:
+        assert_loading(c.get("/languages"))

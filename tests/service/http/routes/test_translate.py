@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from service.cli import main
-from tests.service.conftest import Server, ServerFactory
+from tests.service.conftest import Server, ServerFactory, assert_loading
 
 OK = {"q": "Open file", "source": "en", "target": "ja"}
 TEXTS = ["Open file", "Settings", "Delete the selected files?", "Could not open %s: permission denied"]
@@ -83,3 +83,10 @@ def test_a_caller_that_went_away_frees_its_rows(make_server: ServerFactory) -> N
     assert busy() == 0
     with server.client() as c:
         assert c.post("/translate", json=OK).status_code == 200
+
+
+@pytest.mark.parametrize("source", ["auto", "en"])
+@pytest.mark.parametrize("form", ["text", "html"])
+def test_translate_is_503_while_the_models_load(loading_server: Server, source: str, form: str) -> None:
+    with loading_server.client() as c:
+        assert_loading(c.post("/translate", json={**OK, "source": source, "format": form}))

@@ -5,6 +5,10 @@ Closed-loop clients each send, in a fixed random mix, a greedy text, a beam-4 te
 /attention request, and wait for the answer before sending the next. The goals over a long run: no error, resident
 memory after the first window growing by less than 2 %, and the last window's p99 within 1.2× of the second's.
 
+Resident memory is sampled every second. Its growth is read from each window's median, the level the process keeps;
+a window's maximum adds whatever the requests in flight held at one instant (bounded by the memory budget), which
+moves by a few percent from window to window with the chance coincidences of long requests.
+
     python bench/soak.py --seconds 600
 """
 
@@ -54,6 +58,7 @@ class Window:
             "errors": len(self.errors),
             "p50": float(np.percentile(lat, 50)),
             "p99": float(np.percentile(lat, 99)),
+            "rss_median": float(np.median(self.rss)) if self.rss else float("nan"),
             "rss_max": max(self.rss, default=float("nan")),
         }
 
@@ -109,13 +114,15 @@ async def run_load(
 
 
 def verdict(summaries: list[dict[str, float]], goals: dict[str, float]) -> dict[str, object]:
-    """The run's figures against ``goals``: errors, RSS growth after the first window, last p99 / second p99."""
+    """The run's figures against ``goals``: errors, RSS growth after the first window (medians), last p99 / second
+    p99."""
     errors = sum(int(s["errors"]) for s in summaries)
-    growth = summaries[-1]["rss_max"] / summaries[0]["rss_max"] - 1
+    growth = summaries[-1]["rss_median"] / summaries[0]["rss_median"] - 1
     ratio = summaries[-1]["p99"] / summaries[min(1, len(summaries) - 1)]["p99"]
     return {
         "errors": errors,
         "rss_growth": growth,
+        "rss_max_growth": summaries[-1]["rss_max"] / summaries[0]["rss_max"] - 1,  # reported, not a goal
         "p99_ratio": ratio,
         "met": errors <= goals["errors"] and growth < goals["rss_growth"] and ratio <= goals["p99_ratio"],
     }
@@ -134,8 +141,10 @@ def plot(summaries: list[dict[str, float]], window: float, path: Path) -> None:
     lat.set_ylabel("latency (ms)")
     lat.set_ylim(bottom=0)
     lat.legend()
-    mem.plot(t, [s["rss_max"] for s in summaries], marker="o", color="tab:green")
-    mem.set_ylabel("server RSS, max (MiB)")
+    mem.plot(t, [s["rss_median"] for s in summaries], marker="o", color="tab:green", label="median")
+    mem.plot(t, [s["rss_max"] for s in summaries], marker="o", color="tab:olive", label="max")
+    mem.set_ylabel("server RSS (MiB)")
+    mem.legend()
     mem.set_xlabel("minutes")
     lat.set_title("Soak: mixed load (greedy, beam 4, lists of 8, /attention)")
     fig.tight_layout()
@@ -171,7 +180,7 @@ def main() -> None:
     plot(summaries, args.window, DOCS / "soak.png")
     rows = "\n".join(
         f"| {(i + 1) * args.window / 60:g} | {s['requests']:.0f} | {s['errors']:.0f} | {s['p50'] * 1000:.0f} | "
-        f"{s['p99'] * 1000:.0f} | {s['rss_max']:.0f} |"
+        f"{s['p99'] * 1000:.0f} | {s['rss_median']:.0f} | {s['rss_max']:.0f} |"
         for i, s in enumerate(summaries)
     )
     average = os.getloadavg()
@@ -182,12 +191,13 @@ def main() -> None:
 thread, on {machine()}. Load average at the end {average[0]:.1f} / {average[1]:.1f} / {average[2]:.1f} (1 / 5 / 15 min;
 other work shares these 2 cores).
 
-| minute | answers | errors | p50 ms | p99 ms | RSS max MiB |
-|---|---|---|---|---|---|
+| minute | answers | errors | p50 ms | p99 ms | RSS median MiB | RSS max MiB |
+|---|---|---|---|---|---|---|
 {rows}
 
-Errors {result["errors"]} (goal 0); RSS growth after the first window {result["rss_growth"]:+.1%} (goal < 2 %); last
-window's p99 / the second's {result["p99_ratio"]:.2f} (goal ≤ 1.2): {"goals met" if result["met"] else "goals not met"}.
+Errors {result["errors"]} (goal 0); RSS growth after the first window (medians) {result["rss_growth"]:+.1%}
+(goal < 2 %; maxima {result["rss_max_growth"]:+.1%}); last window's p99 / the second's {result["p99_ratio"]:.2f}
+(goal ≤ 1.2): {"goals met" if result["met"] else "goals not met"}.
 
 ![soak](soak.png)
 """

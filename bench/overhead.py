@@ -267,8 +267,8 @@ def identity(runs: dict[str, Run], plain: list[bool]) -> str:
     ct2 = runs["CTranslate2 float32"].outputs
     kept = [i for i, p in enumerate(plain) if p]
     spans = len(plain) - len(kept)
-    lines = [f"- {spans} of the {len(plain)} texts have spans (placeholders): the service masks them and decodes them "
-             "with attention (service/text/), so they are left out of the comparison"]  # fmt: skip
+    lines = [f"- {spans} of the {len(plain)} texts have spans (placeholders): the service masks them and places them "
+             "back by cross-attention (service/text/), so their answers are left out of the comparison"]  # fmt: skip
     for name in ("attnserve float32", "attnserve int8"):
         got = runs[name].outputs
         same = sum(got.get(i) == ct2[i] for i in kept)

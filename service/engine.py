@@ -10,8 +10,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Protocol
 
@@ -45,6 +46,9 @@ from service.translation import (
 )
 
 log = logging.getLogger(__name__)
+
+# A step of a translation's work (Engine._steps): requests to decode, or a function to call off the event loop.
+Step = list[DecodeRequest] | Callable[[], object]
 
 
 class ServingRunner(StepRunner, Protocol):
@@ -230,23 +234,19 @@ class Engine:
     async def _translate(
         self, texts: Sequence[str], options: Options, gone: Gone | None, arrival: float | None
     ) -> list[Translation]:
-        """:meth:`translate` without the cache."""
-        self._check(texts)
-        prepared = self.text.prepare(texts, options.glossary, options.keep)
-        if prepared is None:
-            requests = [self._request(t, options, options.details) for t in texts]
-            out = self._translations(requests, await self._queued(requests, gone, arrival), options)
-            return self._assessed(texts, out) if options.details else out
-        requests = self._segment_requests(prepared, options)
-        results = await self._queued(requests, gone, arrival)
-        if (again := self._unplaced(prepared, results)) and self.runners.forced is not None:
-            await asyncio.to_thread(self._attach_cross_attention, prepared, requests, results, again)
-        elif again:
-            redone = await self._queued([replace(requests[i], attention=True) for i in again], gone, arrival)
-            for i, result in zip(again, redone, strict=True):
-                results[i] = result
-        out = self._finished(prepared, requests, results, options)
-        return self._assessed(texts, out) if options.details else out
+        """:meth:`translate` without the cache: :meth:`_steps` through the schedulers."""
+        steps = self._steps(texts, options)
+        step = next(steps)
+        while True:
+            if isinstance(step, list):
+                sent = await self._queued(step, gone, arrival)
+            else:
+                await asyncio.to_thread(step)
+                sent = []
+            try:
+                step = steps.send(sent)
+            except StopIteration as done:
+                return done.value
 
     async def _queued(
         self, requests: list[DecodeRequest], gone: Gone | None, arrival: float | None
@@ -262,22 +262,39 @@ class Engine:
             return await self._wait(requests, False, gone, deadline)
 
     def translate_now(self, texts: Sequence[str], options: Options) -> list[Translation]:
-        """:meth:`translate` without a scheduler (the command line), on the same graphs."""
+        """:meth:`translate` without a scheduler (the command line), on the same graphs: :meth:`_steps` in turn."""
+        steps = self._steps(texts, options)
+        step = next(steps)
+        while True:
+            if isinstance(step, list):
+                sent = self._decode_now(step, False) if step else []
+            else:
+                step()
+                sent = []
+            try:
+                step = steps.send(sent)
+            except StopIteration as done:
+                return done.value
+
+    def _steps(self, texts: Sequence[str], options: Options) -> Generator[Step, list[DecodeResult], list[Translation]]:
+        """A translation's work, for :meth:`_translate` and :meth:`translate_now` to carry out: it yields requests
+        to decode (and is sent their results) or a function to call off the event loop (and is sent ``[]``), and
+        returns the translations."""
         self._check(texts)
         prepared = self.text.prepare(texts, options.glossary, options.keep)
-        if prepared is not None:
-            requests = self._segment_requests(prepared, options)
-            results = self._decode_now(requests, False) if requests else []
-            if (again := self._unplaced(prepared, results)) and self.runners.forced is not None:
-                self._attach_cross_attention(prepared, requests, results, again)
-            elif again:
-                redone = self._decode_now([replace(requests[i], attention=True) for i in again], False)
-                for i, result in zip(again, redone, strict=True):
-                    results[i] = result
-            out = self._finished(prepared, requests, results, options)
-        else:
+        if prepared is None:
             requests = [self._request(t, options, options.details) for t in texts]
-            out = self._translations(requests, self._decode_now(requests, False), options)
+            out = self._translations(requests, (yield requests), options)
+            return self._assessed(texts, out) if options.details else out
+        requests = self._segment_requests(prepared, options)
+        results = yield requests
+        if (again := self._unplaced(prepared, results)) and self.runners.forced is not None:
+            yield partial(self._attach_cross_attention, prepared, requests, results, again)
+        elif again:
+            redone = yield [replace(requests[i], attention=True) for i in again]
+            for i, result in zip(again, redone, strict=True):
+                results[i] = result
+        out = self._finished(prepared, requests, results, options)
         return self._assessed(texts, out) if options.details else out
 
     def _assessed(self, texts: Sequence[str], translations: list[Translation]) -> list[Translation]:

@@ -122,6 +122,9 @@ def choose_provider(requested: Provider) -> str:
             "(instead of onnxruntime) on a machine with an NVIDIA GPU, or set ATTNSERVE_PROVIDER=cpu"
         )
     if requested in ("auto", "cuda") and CUDA in available:
+        preload = getattr(ort, "preload_dlls", None)  # CUDA and cuDNN from the nvidia-* wheels pip installed
+        if preload is not None:
+            preload()
         return CUDA
     return CPU
 
@@ -170,7 +173,9 @@ class Runner:
         self.spec = bundle.spec
         self.provider = choose_provider(provider)
         opts = session_options(threads)
-        providers = [self.provider] if self.provider == CPU else [self.provider, CPU]
+        # CUDA computes float32 MatMuls in full float32, not TF32: the attention weights served are the model's own.
+        cuda = (CUDA, {"use_tf32": "0"})
+        providers: list[Any] = [CPU] if self.provider == CPU else [cuda, CPU]
         # On the CPU, LayerNormalization after a plain Add beats the fused SkipLayerNormalization kernel (a decoder
         # step takes less time, float32 and int8; docs/BENCHMARKS.md).
         disabled = ["SkipLayerNormFusion"] if self.provider == CPU else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from pathlib import Path
 
@@ -36,9 +37,13 @@ def test_runs_with_the_cpu_standing_in(tiny_bundle: Path, tmp_path: Path, monkey
     if not plots:
         monkeypatch.setattr(gpu, "plot", lambda rows, out: out / "gpu-throughput.png")
     args = ["--bundle", str(tiny_bundle), "--sentences", "4", "--check-sentences", "4", "--batch-sizes", "1", "4"]
-    args += ["--repeats", "1", "--max-length", "10", "--out", str(tmp_path)]
+    args += ["--repeats", "1", "--max-length", "10", "--out", str(tmp_path), "--results", str(tmp_path / "gpu.json")]
     assert gpu.main(args) == 0  # CPU = CPU: the check passes
     text = (tmp_path / "BENCHMARKS.md").read_text()
     assert "**PASS**: 4/4" in text
     assert "attnserve runner (CUDA EP, IOBinding) | float32 | greedy | 4 |" in text
     assert not plots or (tmp_path / "gpu-throughput.png").stat().st_size > 0
+    raw = json.loads((tmp_path / "gpu.json").read_text())
+    assert raw["check"]["identical"] == 4 and raw["check"]["passed"]
+    assert {(r["key"], r["batch"]) for r in raw["rows"]} >= {("attnserve", 1), ("attnserve", 4)}
+    assert all(r["target_tokens_per_s"] > 0 for r in raw["rows"] if r["error"] is None)

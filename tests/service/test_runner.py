@@ -381,3 +381,43 @@ def test_a_bundle_without_a_forced_decoder_has_none(tiny_bundle: Path, tmp_path:
     (copy / "manifest.json").write_text(json.dumps(manifest))
     runner = Runner(load_bundle(copy), "cpu")
     assert not runner.has_forced and runner.forced is None
+
+
+SHIPPED = Path(__file__).resolve().parents[2] / "model" / "bundles" / "en-ja"
+UI_STRINGS = [
+    "Open file",
+    "Save the document before closing?",
+    "The connection to the server was lost.",
+    "Delete the selected items permanently",
+    "Show hidden files",
+    "Could not read the configuration file.",
+    "Print the current page",
+    "Check for updates automatically",
+    "The password is too short.",
+    "Add a new account",
+    "Search in all folders",
+    "Restart the application to apply the changes.",
+    "No results were found for your search.",
+    "Copy the link to the clipboard",
+    "Export the image as PNG",
+    "Remember my choice",
+]
+
+
+@pytest.mark.skipif(
+    "CUDAExecutionProvider" not in ort.get_available_providers(),
+    reason="no CUDA execution provider (onnxruntime-gpu on an NVIDIA GPU): python -m pytest -k cuda there",
+)
+@pytest.mark.parametrize("beam", [1, 4])
+def test_cuda_gives_the_cpu_tokens_and_attention(beam: int) -> None:
+    bundle = load_bundle(SHIPPED)
+    cpu, cuda = Runner(bundle, "cpu", 1), Runner(bundle, "cuda", 1)
+    assert cuda.provider == "CUDAExecutionProvider" and cuda.io_binding
+    requests = [
+        DecodeRequest(src=bundle.tokenizer.encode_source(t), beam_size=beam, max_length=64, attention=True)
+        for t in UI_STRINGS
+    ]
+    for text, on_cpu, on_cuda in zip(UI_STRINGS, decode(cpu, requests), decode(cuda, requests), strict=True):
+        a, b = on_cpu.hypotheses[0], on_cuda.hypotheses[0]
+        assert a.tokens == b.tokens, text
+        assert np.abs(np.stack(a.cross_attention) - np.stack(b.cross_attention)).max() <= 1e-3, text

@@ -334,10 +334,15 @@ def test_sigterm_answers_every_request_in_flight(container: Container, report: d
     answered: list[tuple[float, httpx.Response]] = []
     stopped: list[float] = []
 
+    connected = threading.Barrier(DRAIN_REQUESTS + 1)
+
     def send(number: int) -> None:
         texts = [DRAIN_TEXT.format(number * DRAIN_TEXTS + i) for i in range(DRAIN_TEXTS)]  # distinct: none is reused
         body = {"q": texts, "source": "en", "target": "ja", "beam_size": 4}
-        response = httpx.post(f"{container.url}/translate", json=body, timeout=120)
+        with httpx.Client(base_url=container.url, timeout=120) as client:
+            client.get("/healthz").raise_for_status()  # connected before SIGTERM closes the listening socket
+            connected.wait(timeout=60)
+            response = client.post("/translate", json=body)
         answered.append((time.monotonic(), response))
 
     def stop() -> None:
@@ -347,6 +352,7 @@ def test_sigterm_answers_every_request_in_flight(container: Container, report: d
     requests = [threading.Thread(target=send, args=(number,)) for number in range(DRAIN_REQUESTS)]
     for thread in requests:
         thread.start()
+    connected.wait(timeout=60)
     time.sleep(0.5)  # every request accepted, most still waiting or being decoded
     stop_sent = time.monotonic()
     stopper = threading.Thread(target=stop)

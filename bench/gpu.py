@@ -129,18 +129,21 @@ def check_gpu_equals_cpu(bundle_dir: Path, sources: list[list[int]], max_length:
     return check
 
 
-def float16_chrf(bundle_dir: Path, sources: list[list[int]], references: list[str], max_length: int) -> dict[str, Any]:
-    """chrF against the references of greedy float32 and float16 on CUDA (the runner /translate uses)."""
+def float16_chrf(
+    engines: dict[tuple[str, str], Any], sources: list[list[int]], references: list[str], max_length: int
+) -> dict[str, Any]:
+    """chrF against the references of attnserve's greedy float32 and float16 on CUDA (the runner /translate uses);
+    empty without references or without both engines."""
     import sacrebleu
-    from engines import AttnserveEngine, translate
+    from engines import translate
 
-    from service.bundle import load_bundle
-
-    tokenizer = load_bundle(bundle_dir, verify=False).tokenizer
+    variants = ("float32", "float16")
+    if not all(references) or any(("attnserve", v) not in engines for v in variants):
+        return {}
     scores = {}
-    for variant in ("float32", "float16"):
-        engine = AttnserveEngine(bundle_dir, variant, 1, provider="cuda", io_binding=True)
-        outputs = [tokenizer.decode(t) for t in translate(engine, sources, 1, max_length)]
+    for variant in variants:
+        engine = engines[("attnserve", variant)]
+        outputs = [engine.bundle.tokenizer.decode(t) for t in translate(engine, sources, 1, max_length)]
         scores[variant] = sacrebleu.corpus_chrf(outputs, [references]).score
     return scores
 
@@ -159,6 +162,11 @@ class Row:
     seconds: list[float] = field(default_factory=list)
     tokens: int = 0
     error: str | None = None
+
+    @property
+    def rate(self) -> float | None:
+        """Target tokens/s over the median run; None when the row failed or never ran."""
+        return self.tokens / statistics.median(self.seconds) if self.seconds and self.error is None else None
 
 
 def load_engines(
@@ -249,18 +257,15 @@ def table(rows: list[Row], n: int) -> str:
     """Every row's rate, against CTranslate2 in the same compute type and against PyTorch (transformers) float16,
     at the same decoding and batch size."""
 
-    def tps(r: Row) -> float | None:
-        return r.tokens / statistics.median(r.seconds) if r.seconds and r.error is None else None
-
-    ct2 = {(r.compute, r.beam, r.batch): tps(r) for r in rows if r.key == "ctranslate2"}
-    torch16 = {(r.beam, r.batch): tps(r) for r in rows if (r.key, r.compute) == ("transformers", "float16")}
+    ct2 = {(r.compute, r.beam, r.batch): r.rate for r in rows if r.key == "ctranslate2"}
+    torch16 = {(r.beam, r.batch): r.rate for r in rows if (r.key, r.compute) == ("transformers", "float16")}
     lines = [
         "| engine | compute | decoding | batch | target tokens/s | sentences/s | × CTranslate2 | × PyTorch float16 |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         decoding = "greedy" if r.beam == 1 else f"beam {r.beam}"
-        value = tps(r)
+        value = r.rate
         if value is None:
             lines.append(f"| {r.engine} | {r.compute} | {decoding} | {r.batch} | failed: {r.error} | — | — | — |")
             continue
@@ -285,9 +290,9 @@ def plot(rows: list[Row], out: Path) -> Path:
     for ax, beam in zip(axes[0], beams, strict=True):
         for key, compute in sorted({(r.key, r.compute) for r in rows}):
             points = [
-                (r.batch, r.tokens / statistics.median(r.seconds))
+                (r.batch, r.rate)
                 for r in rows
-                if (r.key, r.compute, r.beam) == (key, compute, beam) and r.seconds and r.error is None
+                if (r.key, r.compute, r.beam) == (key, compute, beam) and r.rate is not None
             ]
             if points:
                 ax.plot(*zip(*sorted(points), strict=True), marker="o", label=f"{LABELS[key]} {compute}")
@@ -358,7 +363,7 @@ def raw_results(check: Check, rows: list[Row], notes: list[str], n: int, max_len
                 "batch": r.batch,
                 "seconds": r.seconds,
                 "target_tokens": r.tokens,
-                "target_tokens_per_s": r.tokens / statistics.median(r.seconds) if r.seconds and not r.error else None,
+                "target_tokens_per_s": r.rate,
                 "error": r.error,
             }
             for r in rows
@@ -399,7 +404,8 @@ def main(argv: Sequence[str] | None = None) -> int:  # long: the run's steps in 
 
         prepared = prepare(args.bundle, work, variants=("float16",))
         variants = load_bundle(prepared.bundle, verify=False).variants
-        chrf = float16_chrf(prepared.bundle, sources, references, max_length) if all(references) else {}
+        engines, notes = load_engines(prepared, variants, args.engines)
+        chrf = float16_chrf(engines, sources, references, max_length)
         if chrf:
             gap = chrf["float32"] - chrf["float16"]
             check_text += (
@@ -407,7 +413,6 @@ def main(argv: Sequence[str] | None = None) -> int:  # long: the run's steps in 
                 f"{chrf['float32']:.2f}, float16 {chrf['float16']:.2f} (goal: within {FLOAT16_CHRF_TOLERANCE:g}; "
                 f"{'met' if abs(gap) <= FLOAT16_CHRF_TOLERANCE else 'not met'})."
             )
-        engines, notes = load_engines(prepared, variants, args.engines)
         rows = run_throughput(engines, sources, args.beams, args.batch_sizes, max_length, args.repeats)
     finally:
         if args.work is None:

@@ -122,11 +122,17 @@ def choose_provider(requested: Provider) -> str:
             "(instead of onnxruntime) on a machine with an NVIDIA GPU, or set ATTNSERVE_PROVIDER=cpu"
         )
     if requested in ("auto", "cuda") and CUDA in available:
-        preload = getattr(ort, "preload_dlls", None)  # CUDA and cuDNN from the nvidia-* wheels pip installed
-        if preload is not None:
-            preload()
+        preload_cuda()
         return CUDA
     return CPU
+
+
+@functools.cache
+def preload_cuda() -> None:
+    """Load CUDA and cuDNN from the nvidia-* wheels pip installed beside onnxruntime-gpu (once per process)."""
+    preload = getattr(ort, "preload_dlls", None)
+    if preload is not None:
+        preload()
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
    library with SessionOptions.register_custom_ops_library; model/export/ writes the nodes.
 
    attnserve.Attention (cross-attention): q (J, G, h d_k) float, K and V (J, h, S, d_k) float, mask (J, S) int32
-       -> (J, G, h d_k): each of source j's G query rows attends to its keys where mask[j] is not 0.
+       -> (J, G, h d_k): each of source j's G query rows attends to its keys where mask[j] is not 0; padding comes
+       last, and what lies past the last such key (in whole vectors of 8) is not read.
    attnserve.CachedAttention (masked self-attention, one step): q, k, v (B, 1, h d_k), K and V (B, h, C, d_k),
        lengths (B,) int32, total (1,) int32 -> out (B, 1, h d_k), K and V with row b's new key and value written at
        slot lengths[b]; row b attends to slots 0 .. lengths[b]. Bound as both input and output, the caches are
@@ -108,19 +109,28 @@ typedef struct {
     float scale; /* 1 / sqrt(d_k) */
 } Cross;
 
+/* The keys of source j that attention reads: up to its last unmasked one (padding comes last), in whole vectors of
+   LANES while S allows, so that every key read is summed as before. */
+static int64_t keys_read(const int32_t *mask, int64_t S) {
+    int64_t n = S;
+    while (n > 0 && !mask[n - 1]) n--;
+    n = (n + LANES - 1) / LANES * LANES;
+    return n < S ? n : S;
+}
+
 static void cross_source(void *arg, size_t source) {
     const Cross *c = arg;
-    int64_t j = (int64_t)source, block = c->S * c->d;
+    int64_t j = (int64_t)source, block = c->S * c->d, n = keys_read(c->mask + j * c->S, c->S);
+    int64_t next = j + 1 < c->J ? keys_read(c->mask + (j + 1) * c->S, c->S) : 0; /* the next source's */
     float scores[c->S > 0 ? c->S : 1];
     for (int64_t head = 0; head < c->h; head++) {
         const float *K = c->K + (j * c->h + head) * block, *V = c->V + (j * c->h + head) * block;
-        if (j * c->h + head + 1 < c->J * c->h) { /* the next head's (or source's) */
-            prefetch(K + block, c->S, c->d);
-            prefetch(V + block, c->S, c->d);
-        }
+        int64_t ahead = head + 1 < c->h ? n : next; /* the next head's keys, or the next source's first head's */
+        prefetch(K + block, ahead, c->d);
+        prefetch(V + block, ahead, c->d);
         for (int64_t g = 0; g < c->G; g++) {
             int64_t at = ((j * c->G + g) * c->h + head) * c->d;
-            attend(c->q + at, K, V, c->mask + j * c->S, c->S, c->d, c->scale, scores, c->out + at);
+            attend(c->q + at, K, V, c->mask + j * c->S, n, c->d, c->scale, scores, c->out + at);
         }
     }
 }

@@ -13,6 +13,7 @@ from model.export.build import export_fast_decoder, export_module
 from model.export.examples import fast_example
 from model.export.kernels import (
     KERNELS,
+    FusedAttention,
     GreedyTokens,
     SegmentAttention,
     attention_kernels,
@@ -86,6 +87,42 @@ def test_attnserve_kernels_equal_onnxruntimes(tmp_path: Path) -> None:
     full = {**feed, "position_ids": np.full_like(feed["position_ids"], feed["past_keys.0"].shape[2])}
     with pytest.raises(Exception, match="no slot for its new key"):
         kernel_session(ours).run(["logits"], full)
+
+
+class Cross(torch.nn.Module):
+    def forward(self, q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return FusedAttention.apply(q, K, V, mask)
+
+
+def test_cross_attention_reads_no_key_past_the_last_unmasked_one(tmp_path: Path) -> None:
+    """attnserve.Attention over sources padded at the end (a continuous batch is as wide as its longest source): the
+    keys and values past a source's last unmasked key, from the next whole vector of 8 on, are never read (NaN there
+    changes nothing), and the answer equals that of the source without its padding, bit for bit."""
+    h, d_k, G = 4, 8, 2
+    lengths = [3, 16, 11, 40]  # 40: the widest, no padding
+    S = max(lengths)
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((len(lengths), G, h * d_k)).astype(np.float32)
+    K, V = (rng.standard_normal((len(lengths), h, S, d_k)).astype(np.float32) for _ in range(2))
+    mask = (np.arange(S)[None] < np.array(lengths)[:, None]).astype(np.int32)
+    for j, n in enumerate(lengths):
+        K[j, :, -(-n // 8) * 8 :] = V[j, :, -(-n // 8) * 8 :] = np.nan  # past the vector that holds the last key
+    path = tmp_path / "cross.onnx"
+    axes = {"q": {0: "J", 1: "G"}, "K": {0: "J", 2: "S"}, "V": {0: "J", 2: "S"}, "mask": {0: "J", 1: "S"}}
+    args = tuple(torch.from_numpy(x) for x in (q, K, V, mask))
+    export_module(Cross(), args, path, (["q", "K", "V", "mask"], ["out"]), axes, custom_opsets={KERNELS: 1})
+    session = kernel_session(path)
+    padded = session.run(["out"], {"q": q, "K": K, "V": V, "mask": mask})[0]
+    assert np.isfinite(padded).all()
+    for j, n in enumerate(lengths):
+        width = min(-(-n // 8) * 8, S)  # the same vectors of keys as the padded source's
+        alone = {
+            "q": q[j : j + 1],
+            "K": K[j : j + 1, :, :width],
+            "V": V[j : j + 1, :, :width],
+            "mask": mask[j : j + 1, :width],
+        }
+        np.testing.assert_array_equal(padded[j], session.run(["out"], alone)[0][0])
 
 
 class Projection(torch.nn.Module):

@@ -7,13 +7,13 @@ decoder needs from a runner).
 """
 
 from service.decoding.decoder import BatchDecoder, decode
-from service.decoding.encoding import PACK_WIDTH, pack
+from service.decoding.encoding import PACK_WIDTHS, pack
 from service.decoding.request import DecodeRequest, DecodeResult, Hypothesis
 from service.decoding.search import beam_places, beam_top
 from service.decoding.step_runner import StepRunner
 
 __all__ = [
-    "PACK_WIDTH",
+    "PACK_WIDTHS",
     "BatchDecoder",
     "DecodeRequest",
     "DecodeResult",

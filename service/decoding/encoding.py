@@ -16,30 +16,48 @@ from service.decoding.request import DecodeRequest
 from service.decoding.step_runner import StepRunner
 from service.tensors import Cache, Tensors
 
-PACK_WIDTH = 32  # encoder row length that texts are packed into (a longer text gets a row of its own length)
+# Encoder row lengths that texts may be packed into (a longer text gets a row of its own length): a few short texts
+# fill one wide row with little padding, many fill narrow rows evenly; wider rows would add the attention's quadratic
+# cost, which the token count below leaves out.
+PACK_WIDTHS = (32, 64, 96)
 
 
-def pack(lengths: np.ndarray, width: int = PACK_WIDTH) -> tuple[np.ndarray, np.ndarray]:
-    """Place texts of ``lengths`` one after another in encoder rows of ``max(width, longest)`` tokens, longest
-    first, each into the first row with room (first-fit decreasing); or one text a row, when packing would not encode
-    fewer tokens than padding every text to the longest (texts of about one length). Returns each text's row and
-    start in it.
+def pack(lengths: np.ndarray, widths: tuple[int, ...] = PACK_WIDTHS) -> tuple[np.ndarray, np.ndarray]:
+    """Place texts of ``lengths`` in encoder rows: for each of ``widths``, one after another in rows of ``max(width,
+    longest)`` tokens, longest first, each into the first row with room (first-fit decreasing); or one text a row.
+    The layout that encodes the fewest tokens wins (rows × the fullest row's tokens), one text a row on a tie
+    (texts of about one length), else the narrowest. Returns each text's row and start in it.
 
     The encoder's cost follows rows × row length (the longest text's, when padded), and one call's fixed cost is
     paid once. Texts in one row do not see each other (the encoder's segment mask), so packing changes no answer.
     """
-    width = max(width, int(lengths.max()))
-    row, start = np.zeros_like(lengths), np.zeros_like(lengths)
+    sizes: list[int] = lengths.tolist()
+    longest = max(sizes)
+    order = sorted(range(len(sizes)), key=sizes.__getitem__, reverse=True)  # longest first, ties in order
+    best: tuple[list[int], list[int]] | None = None
+    fewest = len(sizes) * longest
+    for width in widths:
+        row, start, tokens = _first_fit(sizes, order, max(width, longest))
+        if tokens < fewest:
+            best, fewest = (row, start), tokens
+    if best is None:
+        return np.arange(len(sizes)), np.zeros_like(lengths)
+    return np.array(best[0]), np.array(best[1])
+
+
+def _first_fit(sizes: list[int], order: list[int], width: int) -> tuple[list[int], list[int], int]:
+    """Texts in ``order`` each into the first row of ``width`` with room: each text's row and start, and the
+    tokens encoded."""
+    row, start = [0] * len(sizes), [0] * len(sizes)
     used: list[int] = []  # tokens taken in each row
-    for i in np.argsort(-lengths, kind="stable").tolist():
-        r = next((r for r, u in enumerate(used) if u + lengths[i] <= width), len(used))
+    for i in order:
+        size = sizes[i]
+        r = next((r for r, u in enumerate(used) if u + size <= width), len(used))
         if r == len(used):
             used.append(0)
         row[i], start[i] = r, used[r]
-        used[r] += int(lengths[i])
-    if len(used) * max(used) >= len(lengths) * int(lengths.max()):  # (one text a row, too)
-        return np.arange(len(lengths)), np.zeros_like(lengths)
-    return row, start
+        used[r] += size
+    return row, start, len(used) * max(used)
 
 
 @dataclass

@@ -108,13 +108,13 @@ def test_io_binding_gives_the_same_tokens_scores_and_attention(tiny_bundle: Path
     pairs = [(a, b, 1e-6) for a, b in zip(host, device, strict=True)]
     pairs += [(a, b, 1e-5) for a, b in zip(host, alone, strict=True)]
     for a, b, atol in pairs:
-        np.testing.assert_allclose(a.encoder_attention, b.encoder_attention, atol=atol)
+        np.testing.assert_allclose(a.encoder_attention, b.encoder_attention, rtol=1e-5, atol=atol)
         assert [h.tokens for h in a.hypotheses] == [h.tokens for h in b.hypotheses]
         for ha, hb in zip(a.hypotheses, b.hypotheses, strict=True):
-            np.testing.assert_allclose(ha.token_scores, hb.token_scores, atol=1e-5)
+            np.testing.assert_allclose(ha.token_scores, hb.token_scores, rtol=1e-5, atol=1e-5)
             rows_a, rows_b = ha.cross_attention + ha.self_attention, hb.cross_attention + hb.self_attention
             for x, y in zip(rows_a, rows_b, strict=True):
-                np.testing.assert_allclose(x, y, atol=atol)
+                np.testing.assert_allclose(x, y, rtol=1e-5, atol=atol)
 
 
 def assert_exact_answers(bundle: Bundle, requests: list[DecodeRequest], results: list[DecodeResult]) -> None:
@@ -123,7 +123,7 @@ def assert_exact_answers(bundle: Bundle, requests: list[DecodeRequest], results:
     for a, b in zip(results, exact, strict=True):
         assert [h.tokens for h in a.hypotheses] == [h.tokens for h in b.hypotheses]
         for ha, hb in zip(a.hypotheses, b.hypotheses, strict=True):
-            np.testing.assert_allclose(ha.token_scores, hb.token_scores, atol=1e-5)
+            np.testing.assert_allclose(ha.token_scores, hb.token_scores, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("io_binding", [False, True])
@@ -334,7 +334,7 @@ def test_packed_sources_give_every_text_its_own_answer(tiny_bundle: Path, joined
         np.testing.assert_allclose(a.encoder_attention, b.encoder_attention, atol=1e-6)
         assert [h.tokens for h in a.hypotheses] == [h.tokens for h in b.hypotheses]
         for ha, hb in zip(a.hypotheses, b.hypotheses, strict=True):
-            np.testing.assert_allclose(ha.token_scores, hb.token_scores, atol=1e-5)
+            np.testing.assert_allclose(ha.token_scores, hb.token_scores, rtol=1e-5, atol=1e-5)
             for x, y in zip(
                 ha.cross_attention + ha.self_attention, hb.cross_attention + hb.self_attention, strict=True
             ):

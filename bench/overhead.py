@@ -40,6 +40,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import httpx
 from common import CORPUS, DOCS, PEERS, ROOT, Server, free_port, machine, pairs, versions, write_section
 from engines import SERVICE_MAX_LENGTH, prepare
 from profile_table import profile_section, record_command, record_profile, thread_cpu
@@ -78,6 +79,9 @@ class Run:
     tokens: list[list[int]] = field(default_factory=list)  # CTranslate2's, in sentence order
     loop_us: list[float] = field(default_factory=list)  # the event loop's CPU µs a request (/proc)
     decode_share: list[float] = field(default_factory=list)  # the other threads' (decoding) share of the CPU
+    encode_us: list[float] = field(default_factory=list)  # ONNX Runtime's encoder calls, wall µs a request
+    decode_us: list[float] = field(default_factory=list)  # its decoder steps, wall µs a request
+    rows: list[float] = field(default_factory=list)  # rows a decoding step
 
     @property
     def rate(self) -> float:
@@ -161,19 +165,43 @@ def serve_and_load(
     with attnserve_server(bundle, env, args.attnserve) as server:
         asyncio.run(closed_loop(server.url, bodies, args.clients, min(2.0, args.seconds)))
         pid = str(server.process.pid)  # the main thread's id: the event loop's
+        steps_before = step_totals(server.url)
         before, start = thread_cpu(server.process.pid), time.perf_counter()
         rate, p50, outputs = asyncio.run(closed_loop(server.url, bodies, args.clients, args.seconds))
         seconds, after = time.perf_counter() - start, thread_cpu(server.process.pid)
+        steps = {k: v - steps_before[k] for k, v in step_totals(server.url).items()}
     loop = after[pid] - before.get(pid, 0.0)
     others = sum(after[t] - before.get(t, 0.0) for t in after if t != pid)
     run.rates.append(rate)
     run.p50.append(p50)
     run.loop_us.append(loop / (rate * seconds) * 1e6)
     run.decode_share.append(others / max(loop + others, 1e-9))
+    answers = rate * seconds
+    run.encode_us.append(steps["encode"] / answers * 1e6)
+    run.decode_us.append(steps["decode"] / answers * 1e6)
+    run.rows.append(steps["rows"] / max(steps["steps"], 1))
     if not run.outputs:
         run.outputs = outputs
     print(f"  {run.label}: {rate:.1f}/s, p50 {p50 * 1000:.0f} ms, event loop {run.loop_us[-1]:.0f} µs a request, "
-          f"other threads {run.decode_share[-1]:.0%} of the CPU", flush=True)  # fmt: skip
+          f"other threads {run.decode_share[-1]:.0%} of the CPU, encoder {run.encode_us[-1]:.0f} µs and decoder "
+          f"{run.decode_us[-1]:.0f} µs a request, {run.rows[-1]:.1f} rows a step", flush=True)  # fmt: skip
+
+
+def step_totals(url: str) -> dict[str, float]:
+    """The server's totals so far from its /metrics: ONNX Runtime seconds in encoder calls and in decoder steps
+    (wall time: on one core it includes what the event loop ran meanwhile), decoding steps, and rows over them."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out = {"encode": 0.0, "decode": 0.0, "steps": 0.0, "rows": 0.0}
+    for family in text_string_to_metric_families(httpx.get(url + "/metrics", timeout=10).text):
+        for sample in family.samples:
+            if sample.name == "attnserve_inference_seconds_sum":
+                out[sample.labels["stage"]] += sample.value
+            elif sample.name == "attnserve_batch_size_sum":
+                out["rows"] += sample.value
+            elif sample.name == "attnserve_batch_size_count":
+                out["steps"] += sample.value
+    return out
 
 
 @dataclass(frozen=True)
@@ -278,8 +306,9 @@ def identity(runs: dict[str, Run], plain: list[bool]) -> str:
 
 def table(runs: dict[str, Run]) -> str:
     """Each run's median rate, its rounds, and the ratios that the issue asks for."""
-    rows = ["| run | sentences/s (median) | rounds | p50 ms | event loop CPU µs a request | decoding threads' CPU |"]
-    rows.append("|---|---|---|---|---|---|")
+    rows = ["| run | sentences/s (median) | rounds | p50 ms | event loop CPU µs a request | decoding threads' CPU | "
+            "encoder µs a request | decoder µs a request | rows a step |"]  # fmt: skip
+    rows.append("|---|---|---|---|---|---|---|---|---|")
 
     def median(values: list[float], form: str) -> str:
         return format(statistics.median(values), form) if values else "—"
@@ -288,7 +317,8 @@ def table(runs: dict[str, Run]) -> str:
         rounds_ = ", ".join(f"{x:.1f}" for x in run.rates)
         p50 = median([x * 1000 for x in run.p50], ".0f")
         rows.append(f"| {run.label} | {run.rate:.1f} | {rounds_} | {p50} | {median(run.loop_us, '.0f')} | "
-                    f"{median(run.decode_share, '.0%')} |")  # fmt: skip
+                    f"{median(run.decode_share, '.0%')} | {median(run.encode_us, '.0f')} | "
+                    f"{median(run.decode_us, '.0f')} | {median(run.rows, '.1f')} |")  # fmt: skip
     return "\n".join(rows)
 
 
@@ -354,7 +384,9 @@ after a warm-up; median of {args.rounds} interleaved rounds (an offline engine: 
 Load average (1 min) {load[0]:.2f} before, {load[1]:.2f} after: other work on the machine's cores makes single
 figures noisy, the ratios less so. Event loop CPU: the server's main thread's CPU time (/proc) over the answers it
 gave; decoding threads' CPU: the other threads' share of the server's CPU time (the batching loops, with ONNX
-Runtime running on them).
+Runtime running on them). Encoder and decoder µs a request: the wall time of ONNX Runtime's encoder calls and
+decoding steps over the answers (the server's `attnserve_inference_seconds`; on one core it includes what the event
+loop ran meanwhile); rows a step: `attnserve_batch_size`.
 
 {table(runs)}
 

@@ -1,0 +1,144 @@
+"""Where a runner's ONNX Runtime calls spend their time, by operator: ONNX Runtime's own profiler
+(``SessionOptions.enable_profiling``) on the graphs that /translate uses, one thread, over test sentences decoded
+greedily in batches as the service's batching loop admits them (unsorted, ``--batch`` at a time).
+
+For each graph: its calls, the wall time of a call (``model_run``), the time its kernels took (the rest is the
+session's own work between them), and the operators by time. A graph's node count is the number of kernels a call
+runs: a decoding step of a few rows pays for each node as well as for its arithmetic.
+
+    python bench/graph_profile.py
+    python bench/graph_profile.py --variant int8 --batch 8 --no-write
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import tempfile
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from common import CORPUS, DOCS, ROOT, machine, texts, versions, write_section
+from tqdm import tqdm
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bundle", type=Path, default=ROOT / "model" / "bundles" / "en-ja")
+    ap.add_argument("--variant", default="float32", choices=["float32", "int8"])
+    ap.add_argument(
+        "--texts", type=Path, default=CORPUS, help="one source per line, or a TSV (default: the test split)"
+    )
+    ap.add_argument("--sentences", type=int, default=600)
+    ap.add_argument("--batch", type=int, default=28, help="texts decoded together (the service's rows a step)")
+    ap.add_argument("--top", type=int, default=12, help="operators listed per graph")
+    ap.add_argument("--out", type=Path, default=DOCS, help="BENCHMARKS.md goes here (default docs/)")
+    ap.add_argument("--no-write", action="store_true", help="print only")
+    return ap.parse_args(argv)
+
+
+@dataclass
+class GraphProfile:
+    """One session's profile: calls, their wall and kernel microseconds, and per operator its µs and nodes."""
+
+    name: str
+    calls: int
+    run_us: float
+    kernel_us: float
+    op_us: Counter[str]
+    op_nodes: Counter[str]
+
+
+def read_profile(path: Path, name: str) -> GraphProfile | None:
+    """A profile file ONNX Runtime wrote; None for a session that never ran."""
+    text = path.read_text()
+    if not text.strip():
+        return None
+    op_us: Counter[str] = Counter()
+    op_nodes: Counter[str] = Counter()
+    calls, run_us = 0, 0.0
+    for event in json.loads(text):
+        if event.get("cat") == "Node" and event["name"].endswith("_kernel_time"):
+            op_us[event["args"]["op_name"]] += event["dur"]
+            op_nodes[event["args"]["op_name"]] += 1
+        elif event.get("cat") == "Session" and event["name"] == "model_run":
+            calls += 1
+            run_us += event["dur"]
+    if not calls:
+        return None
+    return GraphProfile(name, calls, run_us, sum(op_us.values()), op_us, op_nodes)
+
+
+def profile(args: argparse.Namespace) -> list[GraphProfile]:
+    """Decode the sentences with the runner of ``--variant`` under ONNX Runtime's profiler."""
+    import onnxruntime as ort
+
+    import service.runner as runner_module
+    from service.decoding import decode
+    from service.engine import Engine
+    from service.settings import Settings
+    from service.translation import Options
+
+    out = Path(tempfile.mkdtemp(prefix="graph-profile-"))
+    plain = runner_module.session_options
+
+    def profiled(threads: int) -> ort.SessionOptions:
+        opts = plain(threads)
+        opts.enable_profiling = True
+        opts.profile_file_prefix = str(out / "session")
+        return opts
+
+    runner_module.session_options = profiled  # every session the engine opens writes a profile
+    settings = Settings(graph_variant=args.variant, threads=1, _env_file=None)
+    engine = Engine.load(args.bundle, settings)
+    fast = engine.runners.fast
+    assert isinstance(fast, runner_module.Runner)
+    requests = [engine._request(s, Options(), False) for s in texts(args.texts, args.sentences)]
+    for i in tqdm(range(0, len(requests), args.batch), desc="decoding", unit="batch"):
+        decode(fast, requests[i : i + args.batch])
+    graphs = [("encoder", fast.encoder.end_profiling()), ("decoder step", fast.decoder.end_profiling())]
+    return [p for name, path in graphs if (p := read_profile(Path(path), name)) is not None]
+
+
+def section(args: argparse.Namespace, command: str, graphs: list[GraphProfile]) -> str:
+    lines = [
+        f"## ONNX Runtime's time by operator, {args.variant} (bench/graph_profile.py)",
+        "",
+        f"`{command}`",
+        "",
+        f"{machine()}; {versions('onnxruntime')}. One thread; {args.sentences} test sentences decoded greedily "
+        f"{args.batch} at a time, unsorted, by the runner that /translate uses; ONNX Runtime's profiler "
+        "(`enable_profiling`). Kernel time: what the nodes' kernels took; the rest of a call is the session's own "
+        "work between them.",
+        "",
+        "| graph | calls | µs a call | kernels µs a call | nodes a call |",
+        "|---|---|---|---|---|",
+    ]
+    for g in graphs:
+        nodes = sum(g.op_nodes.values()) // g.calls
+        lines.append(f"| {g.name} | {g.calls} | {g.run_us / g.calls:.0f} | {g.kernel_us / g.calls:.0f} | {nodes} |")
+    for g in graphs:
+        lines += ["", f"{g.name}, operators by time:", "", "| operator | µs a call | share of kernels | nodes a call |"]
+        lines.append("|---|---|---|---|")
+        for op, us in g.op_us.most_common(args.top):
+            share = us / max(g.kernel_us, 1)
+            lines.append(f"| {op} | {us / g.calls:.0f} | {share:.0%} | {g.op_nodes[op] // g.calls} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    words = argv if argv is not None else sys.argv[1:]
+    command = " ".join(["python bench/graph_profile.py", *(shlex.quote(w) for w in words)])
+    body = section(args, command, profile(args))
+    print(body, flush=True)
+    if not args.no_write:
+        write_section(f"graph-profile-{args.variant}", body, args.out / "BENCHMARKS.md")
+
+
+if __name__ == "__main__":
+    main()

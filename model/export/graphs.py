@@ -214,10 +214,12 @@ class FastDecoderGraph(nn.Module):
             return self_attn.W_O(out), (K, V)
 
         def cross_attention(y: Tensor) -> tuple[Tensor, None]:
-            B, _, d_model = y.shape
+            # Shapes from the model's sizes and -1, not from y's: each dimension read from a tensor is a chain of
+            # nodes in the exported graph, run at every step.
+            d_model = src_attn.W_Q.out_features
             J = memory_kv[0].shape[0]  # sources: B / J consecutive rows (one beam request's) share each one's keys
             q = src_attn.W_Q(y).reshape(J, -1, d_model)  # (J, B / J, d_model): one query group a source
-            return src_attn.W_O(FusedAttention.apply(q, *memory_kv, src_mask).reshape(B, 1, d_model)), None
+            return src_attn.W_O(FusedAttention.apply(q, *memory_kv, src_mask).reshape(-1, 1, d_model)), None
 
         x, present = layer.sublayer[0](x, masked_self_attention)
         x, _ = layer.sublayer[1](x, cross_attention)

@@ -60,6 +60,10 @@ def test_fast_decoder_fuses_attention_and_matches_pytorch(tmp_path: Path, kernel
         *(f"present_{k}.{l}" for k in ("keys", "values") for l in (0, 1)),
     ]
     assert (("attnserve", "GreedyTokens") in ops) == greedy
+    # A step reads no dimension off a tensor but the number of sources (the cross keys'): the other reshapes are
+    # written with the model's sizes, not as node chains that run at every step.
+    shapes = [n.input[0] for n in graph.node if n.op_type == "Shape"]
+    assert sorted(shapes) == ["cross_keys.0", "cross_keys.1"]
 
 
 def test_fast_decoder_reads_no_slot_past_a_rows_length(

@@ -21,6 +21,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from unittest import mock
 
 from common import CORPUS, DOCS, ROOT, machine, texts, versions, write_section
 from tqdm import tqdm
@@ -92,9 +93,9 @@ def profile(args: argparse.Namespace) -> list[GraphProfile]:
         opts.profile_file_prefix = str(out / "session")
         return opts
 
-    runner_module.session_options = profiled  # every session the engine opens writes a profile
     settings = Settings(graph_variant=args.variant, threads=1, _env_file=None)
-    engine = Engine.load(args.bundle, settings)
+    with mock.patch.object(runner_module, "session_options", profiled):  # the engine's sessions write profiles
+        engine = Engine.load(args.bundle, settings)
     fast = engine.runners.fast
     assert isinstance(fast, runner_module.Runner)
     requests = [engine._request(s, Options(), False) for s in texts(args.texts, args.sentences)]

@@ -176,17 +176,18 @@ def serve_and_load(
     run.p50.append(p50)
     run.loop_us.append(loop / (rate * seconds) * 1e6)
     run.decode_share.append(others / max(loop + others, 1e-9))
-    if steps["steps"]:  # (a server that answers from its cache decodes nothing)
+    decoding = ""  # (a server that answers from its cache decodes nothing)
+    if steps["steps"]:
         answers = rate * seconds
         run.encode_us.append(steps["encode"] / answers * 1e6)
         run.decode_us.append(steps["decode"] / answers * 1e6)
         run.rows.append(steps["rows"] / steps["steps"])
+        decoding = (f", encoder {run.encode_us[-1]:.0f} µs and decoder {run.decode_us[-1]:.0f} µs a request, "
+                    f"{run.rows[-1]:.1f} rows a step")  # fmt: skip
     if not run.outputs:
         run.outputs = outputs
     print(f"  {run.label}: {rate:.1f}/s, p50 {p50 * 1000:.0f} ms, event loop {run.loop_us[-1]:.0f} µs a request, "
-          f"other threads {run.decode_share[-1]:.0%} of the CPU" + (f", encoder {run.encode_us[-1]:.0f} µs and decoder "
-          f"{run.decode_us[-1]:.0f} µs a request, {run.rows[-1]:.1f} rows a step" if steps["steps"] else ""),
-          flush=True)  # fmt: skip
+          f"other threads {run.decode_share[-1]:.0%} of the CPU{decoding}", flush=True)  # fmt: skip
 
 
 def step_totals(url: str) -> dict[str, float]:

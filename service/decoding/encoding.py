@@ -34,14 +34,11 @@ def pack(lengths: np.ndarray, widths: tuple[int, ...] = PACK_WIDTHS) -> tuple[np
     sizes: list[int] = lengths.tolist()
     longest = max(sizes)
     order = sorted(range(len(sizes)), key=sizes.__getitem__, reverse=True)  # longest first, ties in order
-    best: tuple[list[int], list[int]] | None = None
-    fewest = len(sizes) * longest
+    best, fewest = (list(range(len(sizes))), [0] * len(sizes)), len(sizes) * longest  # one text a row
     for width in widths:
         row, start, tokens = _first_fit(sizes, order, max(width, longest))
         if tokens < fewest:
             best, fewest = (row, start), tokens
-    if best is None:
-        return np.arange(len(sizes)), np.zeros_like(lengths)
     return np.array(best[0]), np.array(best[1])
 
 

@@ -13,8 +13,9 @@ float32 with ``max_batch_size`` 1 (the batching gain), both engines on the texts
 placeholders and decodes those texts with attention: service/text/), the runner alone, and with ``--cache``
 attnserve float32 with its response cache on. Ratios are those of each round, median of ``--rounds``. attnserve's
 answers to texts without spans are compared with CTranslate2's float32 outputs, detokenized (identical expected).
-``--profile NAME`` adds a py-spy profile of the float32 server under the same load, with each thread's CPU time,
-and writes it to its own section (``overhead-profile-NAME``); ``--rounds 0 --attnserve OTHER/.venv/bin/attnserve``
+``--profile NAME`` adds a py-spy profile of the float32 server (``--profile-variant int8``: the int8 one) under the
+same load, with each thread's CPU time and, where Linux's perf is installed, the CPU by thread and library, and
+writes it to its own section (``overhead-profile-NAME``); ``--rounds 0 --attnserve OTHER/.venv/bin/attnserve``
 profiles another checkout's server alone.
 
     python bench/overhead.py
@@ -58,7 +59,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--seconds", type=float, default=10, help="seconds of load per server run")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median); 0: only --profile")
     ap.add_argument("--cache", action="store_true", help="also attnserve float32 with the response cache on")
-    ap.add_argument("--profile", metavar="NAME", help="profile the float32 server (py-spy) into its own section")
+    ap.add_argument("--profile", metavar="NAME", help="profile the server (py-spy, perf) into its own section")
+    ap.add_argument("--profile-variant", choices=("float32", "int8"), default="float32",
+                    help="the graphs of the server that --profile profiles")  # fmt: skip
     ap.add_argument("--runner-beam", type=int, metavar="N", help="with --profile: also the runner alone at beam N")
     ap.add_argument("--attnserve", type=Path, default=Path(sys.executable).with_name("attnserve"),
                     help="the attnserve command to serve (another checkout's, to profile it)")  # fmt: skip
@@ -412,9 +415,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         if not args.no_write:
             write_section("overhead", body, args.out / "BENCHMARKS.md")
     if args.profile:
-        with attnserve_server(setup.bundle, {}, args.attnserve) as server:
+        variant = args.profile_variant
+        env = {} if variant == "float32" else {"ATTNSERVE_GRAPH_VARIANT": variant}
+        with attnserve_server(setup.bundle, env, args.attnserve) as server:
             load = partial(closed_loop, server.url, setup.bodies, args.clients, args.seconds)
-            profile = profile_section(record_profile(server, lambda: asyncio.run(load())), args.profile, command)
+            recorded = record_profile(server, lambda: asyncio.run(load()))
+        profile = profile_section(recorded, args.profile, command, f"the {variant} server under that load")
         print(profile, flush=True)
         if not args.no_write:
             write_section(f"overhead-profile-{args.profile}", profile, args.out / "BENCHMARKS.md")

@@ -4,6 +4,10 @@ py-spy (``pip install py-spy``) attaches to the server's process, samples every 
 (``--native --threads``, raw collapsed stacks) while the load runs, and stops on SIGINT. Samples of a thread that
 waits (for work, for the socket, for a lock it has not got) are left out: they cost no CPU. Native frames without
 a symbol (libc's, mostly) are named by their library.
+
+py-spy cannot tell a thread that runs from one that is ready but waits for the core: on one core, the thread that
+the other one preempted is counted as running. Where Linux's ``perf`` is installed, it samples the same load by the
+kernel's CPU clock, which ticks only for the thread on the core: its shares by thread and library are CPU time.
 """
 
 from __future__ import annotations
@@ -63,6 +67,20 @@ PARTS = (  # (part, frame marker): a sample belongs to the part of the frame nea
     ("asyncio and uvloop (event loop)", "asyncio/"),
     ("asyncio and uvloop (event loop)", "loop.c"),
 )
+LIBRARIES = (  # (library, marker in perf's shared-object name)
+    ("ONNX Runtime", "onnxruntime"),
+    ("attention kernels (service/_attention.c)", "_attention."),
+    ("beam search (service/_beam.c)", "_beam."),
+    ("Python interpreter", "libpython"),
+    ("numpy", "_multiarray_umath"),
+    ("libc (copies, malloc)", "libc.so"),
+    ("Linux kernel (system calls, scheduling)", "[kernel"),
+    ("SentencePiece", "_sentencepiece"),
+    ("uvloop", "loop.cpython"),
+    ("httptools", "parser.cpython"),
+    ("pydantic-core", "_pydantic_core"),
+)
+PERF_ROW = re.compile(r"^\s*([\d.]+)%\s+(\d+):\S*\s+(\S.*?)\s*$")  # perf report --sort pid,dso
 OURS = ("service/", "starlette/", "fastapi/", "uvicorn/", "pydantic", "anyio/", "json", "msgspec")  # inclusive rows
 
 
@@ -72,6 +90,7 @@ class Profile:
     waiting: int  # samples left out
     cpu: dict[str, float] = field(default_factory=dict)  # thread name -> CPU seconds during the load
     seconds: float = 0.0  # of load
+    libraries: dict[tuple[str, str], float] = field(default_factory=dict)  # (thread, library) -> CPU share (perf)
 
     @property
     def samples(self) -> int:
@@ -85,6 +104,7 @@ def record_profile(server: Server, load: Callable[[], object], rate: int = 100) 
     command = [spy, "record", "--pid", str(server.process.pid), "--native", "--threads", "--rate", str(rate)]
     command += ["--format", "raw", "--output", str(out)]
     spying = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    perf, perf_data = _start_perf(server.process.pid)
     time.sleep(1.0)  # attached before the load starts
     before, start = thread_cpu(server.process.pid), time.perf_counter()
     try:
@@ -94,6 +114,9 @@ def record_profile(server: Server, load: Callable[[], object], rate: int = 100) 
     finally:
         spying.send_signal(signal.SIGINT)
         _, err = spying.communicate(timeout=60)
+        if perf is not None:
+            perf.send_signal(signal.SIGINT)
+            perf.wait(timeout=60)
     if not out.exists():
         raise RuntimeError(f"py-spy wrote no profile:\n{err.decode()[-2000:]}")
     profile = parse(out.read_text())
@@ -105,7 +128,36 @@ def record_profile(server: Server, load: Callable[[], object], rate: int = 100) 
     for tid, seconds_ in after.items():
         name = names.get(tid, "other threads")
         cpu[name] = cpu.get(name, 0.0) + seconds_ - before.get(tid, 0.0)
-    return replace(profile, cpu=cpu, seconds=seconds)
+    libraries: dict[tuple[str, str], float] = {}
+    if perf is not None:
+        report = [shutil.which("perf") or "perf", "report", "-i", str(perf_data), "--no-children", "--sort", "pid,dso"]
+        done = subprocess.run([*report, "-g", "none", "--stdio"], capture_output=True, text=True)
+        libraries = perf_shares(done.stdout, names)
+    return replace(profile, cpu=cpu, seconds=seconds, libraries=libraries)
+
+
+def _start_perf(pid: int) -> tuple[subprocess.Popen[bytes] | None, Path]:
+    """``perf record`` of the process by the CPU clock, when perf is installed (None otherwise)."""
+    data = Path(tempfile.mkdtemp(prefix="perf-")) / "perf.data"
+    perf = shutil.which("perf")
+    if perf is None:
+        return None, data
+    command = [perf, "record", "-e", "cpu-clock", "-F", "999", "-p", str(pid), "-o", str(data)]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), data
+
+
+def perf_shares(report: str, names: dict[str, str]) -> dict[tuple[str, str], float]:
+    """``perf report --sort pid,dso`` rows as shares of the samples by (thread, library): a thread by its name
+    in ``names`` (OS thread id -> name, py-spy's), a library by :data:`LIBRARIES` or its own file name."""
+    shares: dict[tuple[str, str], float] = {}
+    for line in report.splitlines():
+        if (row := PERF_ROW.match(line)) is None:
+            continue
+        percent, tid, dso = row.groups()
+        library = next((name for name, marker in LIBRARIES if marker in dso), dso)
+        key = (names.get(tid, "other threads"), library)
+        shares[key] = shares.get(key, 0.0) + float(percent) / 100
+    return shares
 
 
 def thread_cpu(pid: int) -> dict[str, float]:
@@ -213,6 +265,13 @@ def profile_section(profile: Profile, name: str, command: str, what: str = "the 
                   f"them {used:.1f} s:", "", "| thread | CPU s | share |", "|---|---|---|"]  # fmt: skip
         busy = sorted(profile.cpu.items(), key=lambda x: -x[1])
         lines += [f"| {t} | {c:.2f} | {c / used:.1%} |" for t, c in busy if c >= 0.01]
-    lines += ["", *parts_table(profile), "", "| top frames, self (where the stack ends) | share |", "|---|---|"]
+    if profile.libraries:
+        lines += ["", "CPU time by thread and library (`perf record -e cpu-clock`: a thread is sampled only while it "
+                  "runs on the core, where py-spy also counts one that waits for it; libraries under 0.5 % left out):",
+                  "", "| thread | library | share of CPU |", "|---|---|---|"]  # fmt: skip
+        ordered = sorted(profile.libraries.items(), key=lambda x: (x[0][0], -x[1]))
+        lines += [f"| {t} | {lib} | {k:.1%} |" for (t, lib), k in ordered if k >= 0.005]
+    lines += ["", "py-spy's samples by part of the server:", ""]
+    lines += [*parts_table(profile), "", "| top frames, self (where the stack ends) | share |", "|---|---|"]
     lines += [f"| `{f}` | {k / total:.1%} |" for f, k in top(profile, False)]
     return "\n".join(lines) + "\n"

@@ -10,8 +10,10 @@ so every sentence is answered once in the first 300 requests and repeats after.
 
 Each round runs, in turn: CTranslate2 float32, attnserve float32, CTranslate2 int8, attnserve int8, attnserve
 float32 with ``max_batch_size`` 1 (the batching gain), both engines on the texts without spans (the service masks
-placeholders and decodes those texts with attention: service/text/), the runner alone, and with ``--cache``
-attnserve float32 with its response cache on. Ratios are those of each round, median of ``--rounds``. attnserve's
+placeholders and decodes those texts with attention: service/text/), the runner alone, with ``--cache``
+attnserve float32 with its response cache on, and with ``--event-loop`` the event loop's own cost: a server that
+answers each text from a memo of the runner's results (bench/memo_server.py), alone and beside a decoding loop that
+answers nobody. Ratios are those of each round, median of ``--rounds``. attnserve's
 answers to texts without spans are compared with CTranslate2's float32 outputs, detokenized (identical expected).
 ``--profile NAME`` adds a py-spy profile of the float32 server (``--profile-variant int8``: the int8 one) under the
 same load, with each thread's CPU time and, where Linux's perf is installed, the CPU by thread and library, and
@@ -20,6 +22,7 @@ profiles another checkout's server alone.
 
     python bench/overhead.py
     python bench/overhead.py --profile after --cache
+    python bench/overhead.py --cache --event-loop
     python bench/overhead.py --sentences 40 --seconds 2 --rounds 1 --no-write
 """
 
@@ -59,6 +62,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--seconds", type=float, default=10, help="seconds of load per server run")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median); 0: only --profile")
     ap.add_argument("--cache", action="store_true", help="also attnserve float32 with the response cache on")
+    ap.add_argument("--event-loop", action="store_true",
+                    help="also a server answering from a memo, alone and beside decoding (memo_server.py)")  # fmt: skip
     ap.add_argument("--profile", metavar="NAME", help="profile the server (py-spy, perf) into its own section")
     ap.add_argument("--profile-variant", choices=("float32", "int8"), default="float32",
                     help="the graphs of the server that --profile profiles")  # fmt: skip
@@ -115,10 +120,10 @@ def offline_run(work: Path, engine: str, compute: str, run: Run, passes: int = 3
     print(f"  {run.label}: {run.rates[-1]:.1f}/s (passes {', '.join(f'{r:.0f}' for r in rates)})", flush=True)
 
 
-def attnserve_server(bundle: Path, env: dict[str, str], attnserve: Path) -> Server:
-    """``attnserve serve`` pinned to the server's core."""
+def attnserve_server(bundle: Path, env: dict[str, str], attnserve: list[str]) -> Server:
+    """``attnserve serve`` (the command ``attnserve``) pinned to the server's core."""
     port = free_port()
-    command = pinned(SERVER_CORE, [str(attnserve), "serve", "--bundle", str(bundle), "--port", str(port)])
+    command = pinned(SERVER_CORE, [*attnserve, "serve", "--bundle", str(bundle), "--port", str(port)])
     return Server(command, port, {"ATTNSERVE_LOG_LEVEL": "warning", **ONE_THREAD, **env})
 
 
@@ -162,10 +167,16 @@ async def closed_loop(
 
 
 def serve_and_load(
-    bundle: Path, env: dict[str, str], bodies: list[dict[str, Any]], args: argparse.Namespace, run: Run
+    bundle: Path,
+    env: dict[str, str],
+    bodies: list[dict[str, Any]],
+    args: argparse.Namespace,
+    run: Run,
+    attnserve: list[str] | None = None,
 ) -> None:
-    """Start a server, warm it up with one pass over the sentences, load it for ``--seconds``; into ``run``."""
-    with attnserve_server(bundle, env, args.attnserve) as server:
+    """Start a server (``attnserve``: the command, default ``--attnserve``), warm it up with one pass over the
+    sentences, load it for ``--seconds``; into ``run``."""
+    with attnserve_server(bundle, env, attnserve or [str(args.attnserve)]) as server:
         asyncio.run(closed_loop(server.url, bodies, args.clients, min(2.0, args.seconds)))
         pid = str(server.process.pid)  # the main thread's id: the event loop's
         steps_before = step_totals(server.url)
@@ -220,6 +231,8 @@ class Setup:
 
 
 PLAIN = "texts without spans"
+MEMO = "attnserve float32, answers from memory"
+MEMO_SERVER = Path(__file__).with_name("memo_server.py")
 
 
 def plan(args: argparse.Namespace, setup: Setup) -> list[tuple[str, Callable[[Run], None]]]:
@@ -229,8 +242,9 @@ def plan(args: argparse.Namespace, setup: Setup) -> list[tuple[str, Callable[[Ru
     def ct2(compute: str, work: Path, engine: str = "ctranslate2") -> Callable[[Run], None]:
         return lambda run: offline_run(work, engine, compute, run)
 
-    def server(env: dict[str, str], bodies: list[dict[str, Any]]) -> Callable[[Run], None]:
-        return lambda run: serve_and_load(setup.bundle, env, bodies, args, run)
+    def server(env: dict[str, str], bodies: list[dict[str, Any]], memo: list[str] | None = None) -> Callable[..., None]:
+        attnserve = None if memo is None else [sys.executable, str(MEMO_SERVER), *memo]  # answers from its memo
+        return lambda run: serve_and_load(setup.bundle, env, bodies, args, run, attnserve)
 
     plain = [b for b, p in zip(setup.bodies, setup.plain, strict=True) if p]
     steps = [
@@ -250,6 +264,9 @@ def plan(args: argparse.Namespace, setup: Setup) -> list[tuple[str, Callable[[Ru
     ]
     if args.cache:
         steps.append(("attnserve float32, cache on", server({"ATTNSERVE_CACHE_MB": "16"}, setup.bodies)))
+    if args.event_loop:  # the event loop's own cost a request, then beside decoding that answers nobody
+        steps.append((MEMO, server({}, setup.bodies, [])))
+        steps.append((f"{MEMO}, beside a decoding loop", server({}, setup.bodies, ["--beside-decoding"])))
     return steps
 
 
@@ -417,7 +434,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.profile:
         variant = args.profile_variant
         env = {} if variant == "float32" else {"ATTNSERVE_GRAPH_VARIANT": variant}
-        with attnserve_server(setup.bundle, env, args.attnserve) as server:
+        with attnserve_server(setup.bundle, env, [str(args.attnserve)]) as server:
             load = partial(closed_loop, server.url, setup.bodies, args.clients, args.seconds)
             recorded = record_profile(server, lambda: asyncio.run(load()))
         profile = profile_section(recorded, args.profile, command, f"the {variant} server under that load")

@@ -66,7 +66,7 @@ class Memo:
 
 def main(argv: list[str]) -> int:
     memo = Memo(beside_decoding="--beside-decoding" in argv)
-    Scheduler.submit_many = lambda self, *args: memo.submit_many(self, *args)  # type: ignore[method-assign]
+    Scheduler.submit_many = lambda self, *args, **kwargs: memo.submit_many(self, *args, **kwargs)  # type: ignore[method-assign]
     from service.cli import main as attnserve
 
     return attnserve([a for a in argv if a != "--beside-decoding"])

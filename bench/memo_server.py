@@ -4,7 +4,7 @@ costs the event loop stays as the service runs it: HTTP, the middleware, the rou
 tokenizer, the memory budget, the futures and the answer.
 
 ``--beside-decoding`` adds what decoding does to the event loop without its answers: a thread that decodes the first
-28 texts it has answered, in batches, again and again, on the same core (the process is pinned by the caller).
+28 requests it has answered, in batches, again and again, on the same core (the process is pinned by the caller).
 
     python bench/memo_server.py [--beside-decoding] serve --bundle BUNDLE --port PORT
 """
@@ -14,20 +14,18 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
-from collections.abc import Hashable
 
 from service.decoding import DecodeRequest, DecodeResult, StepRunner, decode
 from service.scheduler import Scheduler
 
-BATCH = 28  # texts a batch of the decoding loop beside the server: about the rows of a step under bench/overhead.py
+BATCH = 28  # requests a batch of the decoding loop beside the server: about the rows of a step under bench/overhead.py
 
 
 class Memo:
     """The runner's result for each distinct request, computed on the event loop the first time it is asked for."""
 
     def __init__(self, beside_decoding: bool) -> None:
-        self.results: dict[Hashable, DecodeResult] = {}
-        self.sources: list[list[int]] = []  # of the requests answered, in order
+        self.results: dict[str, tuple[DecodeRequest, DecodeResult]] = {}  # by the request's repr, in order
         self.beside_decoding = beside_decoding
         self.decoding: threading.Thread | None = None
         self.stopping = threading.Event()
@@ -40,21 +38,20 @@ class Memo:
         runner: StepRunner = scheduler.decoder.runner  # type: ignore[attr-defined]
         futures = []
         for request in requests:
-            key = (tuple(request.src), request.beam_size, request.forced is None, request.attention)
+            key = repr(request)
             if key not in self.results:
-                self.results[key] = decode(runner, [request])[0]
-                self.sources.append(request.src)
+                self.results[key] = request, decode(runner, [request])[0]
             future: asyncio.Future[DecodeResult] = loop.create_future()
-            loop.call_soon(future.set_result, self.results[key])
+            loop.call_soon(future.set_result, self.results[key][1])
             futures.append(future)
-        if self.beside_decoding and self.decoding is None and len(self.sources) >= BATCH:
+        if self.beside_decoding and self.decoding is None and len(self.results) >= BATCH:
             self.decoding = threading.Thread(target=self.decode_forever, args=(runner,), daemon=True)
             self.decoding.start()
         return futures
 
     def decode_forever(self, runner: StepRunner) -> None:
         """Until :meth:`stop` (the server: until it exits)."""
-        batch = [DecodeRequest(src=s, max_length=2 * len(s) + 10, scores=False) for s in self.sources[:BATCH]]
+        batch = [request for request, _ in list(self.results.values())[:BATCH]]
         while not self.stopping.is_set():
             decode(runner, batch)
 

@@ -172,11 +172,11 @@ def serve_and_load(
     bodies: list[dict[str, Any]],
     args: argparse.Namespace,
     run: Run,
-    attnserve: list[str] | None = None,
+    attnserve: list[str],
 ) -> None:
-    """Start a server (``attnserve``: the command, default ``--attnserve``), warm it up with one pass over the
-    sentences, load it for ``--seconds``; into ``run``."""
-    with attnserve_server(bundle, env, attnserve or [str(args.attnserve)]) as server:
+    """Start a server (``attnserve``: the command), warm it up with one pass over the sentences, load it for
+    ``--seconds``; into ``run``."""
+    with attnserve_server(bundle, env, attnserve) as server:
         asyncio.run(closed_loop(server.url, bodies, args.clients, min(2.0, args.seconds)))
         pid = str(server.process.pid)  # the main thread's id: the event loop's
         steps_before = step_totals(server.url)
@@ -242,8 +242,11 @@ def plan(args: argparse.Namespace, setup: Setup) -> list[tuple[str, Callable[[Ru
     def ct2(compute: str, work: Path, engine: str = "ctranslate2") -> Callable[[Run], None]:
         return lambda run: offline_run(work, engine, compute, run)
 
-    def server(env: dict[str, str], bodies: list[dict[str, Any]], memo: list[str] | None = None) -> Callable[..., None]:
-        attnserve = None if memo is None else [sys.executable, str(MEMO_SERVER), *memo]  # answers from its memo
+    def server(
+        env: dict[str, str], bodies: list[dict[str, Any]], memo: list[str] | None = None
+    ) -> Callable[[Run], None]:
+        # with ``memo`` (its options), a server that answers from a memo
+        attnserve = [str(args.attnserve)] if memo is None else [sys.executable, str(MEMO_SERVER), *memo]
         return lambda run: serve_and_load(setup.bundle, env, bodies, args, run, attnserve)
 
     plain = [b for b, p in zip(setup.bodies, setup.plain, strict=True) if p]

@@ -42,12 +42,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from common import CORPUS, DOCS, PEERS, ROOT, Server, free_port, machine, pairs, versions, write_section
 from engines import SERVICE_MAX_LENGTH, prepare
 from profile_table import profile_section, record_command, record_profile, thread_cpu
+
+if TYPE_CHECKING:
+    from service.bundle import Bundle
 
 SERVER_CORE, CLIENT_CORE = "0", "1"
 ONE_THREAD = {"ATTNSERVE_DECODE_THREADS": "1", "ATTNSERVE_THREADS": "1", "OMP_NUM_THREADS": "1"}
@@ -376,6 +379,23 @@ def ratios(runs: dict[str, Run]) -> str:
     return "\n".join(lines)
 
 
+def held_out_sentences(bundle: Bundle, texts: Path, n: int) -> list[tuple[str, list[int]]]:
+    """The first ``n`` sentences of ``texts`` that are not blank, those within the service's token limit, with
+    their token ids."""
+    limit = min(SERVICE_MAX_LENGTH, bundle.spec.max_positions)
+    chosen = [(s, bundle.tokenizer.encode_source(s)) for s, _ in pairs(texts, n) if s.strip()]
+    return [(s, ids) for s, ids in chosen if len(ids) <= limit]
+
+
+def request_bodies(bundle_dir: Path, texts: Path, n: int) -> list[dict[str, Any]]:
+    """/translate bodies of :func:`held_out_sentences`, a sentence each."""
+    from service.bundle import load_bundle
+
+    bundle = load_bundle(bundle_dir, verify=False)
+    pair = {"source": bundle.source_lang, "target": bundle.target_lang}
+    return [{"q": s, **pair} for s, _ in held_out_sentences(bundle, texts, n)]
+
+
 def set_up(args: argparse.Namespace) -> Setup:
     """The converted weights and the sentences under the service's token limit (setup.json for the engines)."""
     from service.bundle import load_bundle
@@ -383,11 +403,9 @@ def set_up(args: argparse.Namespace) -> Setup:
     work = args.work or Path(tempfile.mkdtemp(prefix="overhead-"))
     prepared = prepare(args.bundle, work)
     bundle = load_bundle(prepared.bundle, verify=False)
-    limit = min(SERVICE_MAX_LENGTH, bundle.spec.max_positions)
-    chosen = [(s, bundle.tokenizer.encode_source(s)) for s, _ in pairs(args.texts, args.sentences) if s.strip()]
-    kept = [(s, ids) for s, ids in chosen if len(ids) <= limit]
+    kept = held_out_sentences(bundle, args.texts, args.sentences)
     setup: dict[str, Any] = {"bundle": str(prepared.bundle), "hf": str(prepared.hf), "ct2": str(prepared.ct2)}
-    setup |= {"sources": [ids for _, ids in kept], "max_length": limit}
+    setup |= {"sources": [ids for _, ids in kept], "max_length": min(SERVICE_MAX_LENGTH, bundle.spec.max_positions)}
     (work / "setup.json").write_text(json.dumps(setup))
     sentences = [s for s, _ in kept]
     plain = plain_texts(prepared.bundle, sentences)

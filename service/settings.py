@@ -121,6 +121,15 @@ class Settings(BaseSettings):
         "the next decoding steps fault their freed pages in again. 0: only when idle.",
     )
 
+    sched_batch: bool = Field(
+        False,
+        description="Linux: every thread of the server under SCHED_BATCH, so that arriving requests do not "
+        "interrupt the decoding step in progress: where the event loop and decoding share a core, fewer switches "
+        "between them and more texts per second at saturation; but a request arriving at a busy core waits for "
+        "the running thread's time slice, and other processes' threads preempt the server's, so latency under "
+        "moderate load is worse (docs/BENCHMARKS.md). For throughput-bound work such as bulk catalog runs.",
+    )
+
     cache_mb: int = Field(
         0,
         ge=0,

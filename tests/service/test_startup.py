@@ -208,3 +208,16 @@ def test_listens_while_loading_and_is_ready_once_warm(tiny_bundle: Path, tmp_pat
             assert client.post("/translate", json=body).status_code == 200
         server.terminate()
         assert server.wait() == 0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SCHED_BATCH: Linux only")
+@pytest.mark.parametrize("sched_batch", [True, False])
+def test_every_thread_runs_under_sched_batch_unless_turned_off(
+    sched_batch: bool, tiny_bundle: Path, tmp_path: Path
+) -> None:
+    with ServeProcess(tmp_path / "log", bundles=tiny_bundle, sched_batch=sched_batch) as server:
+        server.wait_ready()
+        assert httpx.post(server.url + "/translate", json={"q": "Open file", "source": "en", "target": "ja"}).is_success
+        threads = os.listdir(f"/proc/{server.process.pid}/task")
+        policies = {os.sched_getscheduler(int(thread)) for thread in threads}
+        assert policies == {os.SCHED_BATCH if sched_batch else os.SCHED_OTHER}, (len(threads), policies)

@@ -6,8 +6,8 @@ seconds apart share the drift, so the ratio of each pair is steadier than the ra
 server is warmed up with 2 s of the same load first. For float32 and int8; writes section
 ``alternate-<the first setting's name>`` of docs/BENCHMARKS.md.
 
-    python bench/alternate.py --set ATTNSERVE_SCHED_BATCH=false
-    python bench/alternate.py --set ATTNSERVE_SCHED_BATCH=false --pairs 1 --seconds 1 --sentences 40 --no-write
+    python bench/alternate.py --set ATTNSERVE_SCHED_BATCH=true
+    python bench/alternate.py --set ATTNSERVE_SCHED_BATCH=true --pairs 1 --seconds 1 --sentences 40 --no-write
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from common import CORPUS, DOCS, ROOT, machine, versions, write_section
-from overhead import CLIENT_CORE, SERVER_CORE, attnserve_server, closed_loop, request_bodies
+from common import DOCS, machine, versions, write_section
+from overhead import CLIENT_CORE, SERVER_CORE, add_load_arguments, attnserve_server, closed_loop, request_bodies
 from tqdm import tqdm
 
 VARIANTS = ("float32", "int8")
@@ -34,12 +34,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--set", dest="settings", action="append", required=True, metavar="ATTNSERVE_NAME=VALUE",
                     help="a setting of the second server (repeatable); the first runs with the defaults")  # fmt: skip
-    ap.add_argument("--bundle", type=Path, default=ROOT / "model" / "bundles" / "en-ja")
-    ap.add_argument("--texts", type=Path, default=CORPUS, help="TSV: source, reference (default: the test split)")
-    ap.add_argument("--sentences", type=int, default=300, help="test sentences (a deterministic sample)")
-    ap.add_argument("--clients", type=int, default=32, help="closed-loop clients")
+    add_load_arguments(ap, seconds=5)
     ap.add_argument("--pairs", type=int, default=16, help="pairs of runs a graph variant")
-    ap.add_argument("--seconds", type=float, default=5, help="seconds of load a run")
     ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     ap.add_argument("--out", type=Path, default=DOCS, help="BENCHMARKS.md goes here (default docs/)")
     ap.add_argument("--no-write", action="store_true", help="print only")

@@ -56,13 +56,18 @@ SERVER_CORE, CLIENT_CORE = "0", "1"
 ONE_THREAD = {"ATTNSERVE_DECODE_THREADS": "1", "ATTNSERVE_THREADS": "1", "OMP_NUM_THREADS": "1"}
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_load_arguments(ap: argparse.ArgumentParser, seconds: float) -> None:
+    """The load's options, shared with bench/alternate.py: the bundle, the sentences, the clients, a run's seconds."""
     ap.add_argument("--bundle", type=Path, default=ROOT / "model" / "bundles" / "en-ja")
     ap.add_argument("--texts", type=Path, default=CORPUS, help="TSV: source, reference (default: the test split)")
     ap.add_argument("--sentences", type=int, default=300, help="test sentences (a deterministic sample)")
     ap.add_argument("--clients", type=int, default=32, help="closed-loop clients")
-    ap.add_argument("--seconds", type=float, default=10, help="seconds of load per server run")
+    ap.add_argument("--seconds", type=float, default=seconds, help="seconds of load per server run")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_load_arguments(ap, seconds=10)
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median); 0: only --profile")
     ap.add_argument("--cache", action="store_true", help="also attnserve float32 with the response cache on")
     ap.add_argument("--event-loop", action="store_true",

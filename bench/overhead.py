@@ -384,21 +384,30 @@ def ratios(runs: dict[str, Run]) -> str:
     return "\n".join(lines)
 
 
+def token_limit(bundle: Bundle) -> int:
+    """The service's token limit for a text of ``bundle`` (and its max_length)."""
+    return min(SERVICE_MAX_LENGTH, bundle.spec.max_positions)
+
+
 def held_out_sentences(bundle: Bundle, texts: Path, n: int) -> list[tuple[str, list[int]]]:
-    """The first ``n`` sentences of ``texts`` that are not blank, those within the service's token limit, with
-    their token ids."""
-    limit = min(SERVICE_MAX_LENGTH, bundle.spec.max_positions)
+    """The first ``n`` sentences of ``texts`` that are not blank, those within :func:`token_limit`, with their
+    token ids."""
     chosen = [(s, bundle.tokenizer.encode_source(s)) for s, _ in pairs(texts, n) if s.strip()]
-    return [(s, ids) for s, ids in chosen if len(ids) <= limit]
+    return [(s, ids) for s, ids in chosen if len(ids) <= token_limit(bundle)]
+
+
+def translate_bodies(bundle: Bundle, sentences: list[str]) -> list[dict[str, Any]]:
+    """/translate bodies, a sentence each."""
+    pair = {"source": bundle.source_lang, "target": bundle.target_lang}
+    return [{"q": s, **pair} for s in sentences]
 
 
 def request_bodies(bundle_dir: Path, texts: Path, n: int) -> list[dict[str, Any]]:
-    """/translate bodies of :func:`held_out_sentences`, a sentence each."""
+    """/translate bodies of :func:`held_out_sentences`."""
     from service.bundle import load_bundle
 
     bundle = load_bundle(bundle_dir, verify=False)
-    pair = {"source": bundle.source_lang, "target": bundle.target_lang}
-    return [{"q": s, **pair} for s, _ in held_out_sentences(bundle, texts, n)]
+    return translate_bodies(bundle, [s for s, _ in held_out_sentences(bundle, texts, n)])
 
 
 def set_up(args: argparse.Namespace) -> Setup:
@@ -410,15 +419,14 @@ def set_up(args: argparse.Namespace) -> Setup:
     bundle = load_bundle(prepared.bundle, verify=False)
     kept = held_out_sentences(bundle, args.texts, args.sentences)
     setup: dict[str, Any] = {"bundle": str(prepared.bundle), "hf": str(prepared.hf), "ct2": str(prepared.ct2)}
-    setup |= {"sources": [ids for _, ids in kept], "max_length": min(SERVICE_MAX_LENGTH, bundle.spec.max_positions)}
+    setup |= {"sources": [ids for _, ids in kept], "max_length": token_limit(bundle)}
     (work / "setup.json").write_text(json.dumps(setup))
     sentences = [s for s, _ in kept]
     plain = plain_texts(prepared.bundle, sentences)
     (work / "plain").mkdir(exist_ok=True)  # CTranslate2 on the texts without spans
     setup["sources"] = [ids for (_, ids), p in zip(kept, plain, strict=True) if p]
     (work / "plain" / "setup.json").write_text(json.dumps(setup))
-    pair = {"source": bundle.source_lang, "target": bundle.target_lang}
-    return Setup(prepared.bundle, work, sentences, [{"q": s, **pair} for s in sentences], plain)
+    return Setup(prepared.bundle, work, sentences, translate_bodies(bundle, sentences), plain)
 
 
 def section(args: argparse.Namespace, command: str, setup: Setup, runs: dict[str, Run], load: list[float]) -> str:

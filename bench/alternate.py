@@ -4,10 +4,10 @@ clients (on the other core) loading them in turn in short runs, the order swappe
 drifts by more than 10 % between runs a minute apart, more than a scheduling or allocation change is worth; runs
 seconds apart share the drift, so the ratio of each pair is steadier than the ratio of two separate series. Each
 server is warmed up with 2 s of the same load first. For float32 and int8; writes section
-``alternate-<the first setting's name>`` of docs/BENCHMARKS.md.
+``alternate-<the first setting's name>-<its value>`` of docs/BENCHMARKS.md.
 
-    python bench/alternate.py --set ATTNSERVE_SCHED_BATCH=true
-    python bench/alternate.py --set ATTNSERVE_SCHED_BATCH=true --pairs 1 --seconds 1 --sentences 40 --no-write
+    python bench/alternate.py --set ATTNSERVE_SCHED_BATCH=off
+    python bench/alternate.py --set ATTNSERVE_SCHED_BATCH=always --pairs 1 --seconds 1 --sentences 40 --no-write
 """
 
 from __future__ import annotations
@@ -134,8 +134,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     body = section(args, command, results, len(bodies))
     print("\n" + body, flush=True)
     if not args.no_write:
-        name = args.settings[0].split("=", 1)[0].removeprefix("ATTNSERVE_").lower()
-        write_section(f"alternate-{name}", body, args.out / "BENCHMARKS.md")
+        name, value = args.settings[0].split("=", 1)
+        write_section(f"alternate-{name.removeprefix('ATTNSERVE_').lower()}-{value}", body, args.out / "BENCHMARKS.md")
 
 
 if __name__ == "__main__":

@@ -80,8 +80,9 @@ def serve(settings: Settings) -> int:
     import uvicorn
 
     from service.app import create_app
+    from service.core_sharing import batch_scheduling
     from service.http.slow_clients import uvicorn_options
-    from service.runner import batch_scheduling, tune_memory
+    from service.runner import tune_memory
     from service.server import Server
     from service.startup import StartupError, bind, check
 
@@ -92,7 +93,7 @@ def serve(settings: Settings) -> int:
         print(f"attnserve: {e}", file=sys.stderr)
         return 2
     tune_memory()  # before any thread starts, so that every thread allocates from the one malloc arena it sets
-    if settings.sched_batch and not batch_scheduling():  # before any thread starts too: they inherit it
+    if settings.sched_batch == "always" and not batch_scheduling():  # before any thread starts: they inherit it
         print("attnserve: SCHED_BATCH is not available here; threads keep the default scheduling", file=sys.stderr)
     app = create_app(settings, bundles, on_fatal=lambda message: server.fail(message))
     config = uvicorn.Config(

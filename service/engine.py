@@ -24,6 +24,7 @@ from service.budget import Budget, MiB, answer_bytes, request_bytes
 from service.bundle import Bundle, load_bundle
 from service.cache import LruCache, through_cache
 from service.confidence import Calibration, Evidence, coverage, is_content
+from service.core_sharing import WhileSaturated
 from service.decoding import BatchDecoder, DecodeRequest, DecodeResult, Hypothesis, StepRunner, decode
 from service.errors import ClientGone, NoSuchIndex, TooLarge
 from service.runner import CPU, Runner, trim_memory
@@ -160,6 +161,7 @@ class Engine:
         the cache and not."""
         s = self.settings
         self._on_input, self._on_cache = on_input, on_cache
+        saturation = WhileSaturated(s.max_batch_size) if s.sched_batch == "saturated" else None
         for name, runner in (("exact", self.runners.exact), ("fast", self.runners.fast)):
             if name == "fast" and runner is self.runners.exact:  # one runner, one set of schedulers
                 self.schedulers["fast"] = self.schedulers["exact"]
@@ -175,6 +177,7 @@ class Engine:
                     encode_ahead=s.encode_ahead,
                     small_share=s.small_request_share,
                     on_step=on_step,
+                    saturation=saturation,
                 )
                 for _ in range(s.decode_threads)
             ]

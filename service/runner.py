@@ -12,7 +12,6 @@ import ctypes
 import functools
 import importlib
 import logging
-import os
 import threading
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -80,30 +79,6 @@ def trim_memory() -> bool:
     except (OSError, AttributeError):  # not glibc
         return False
     return bool(malloc_trim(0))
-
-
-def batch_scheduling() -> bool:
-    """Linux's ``SCHED_BATCH`` for every thread of the process, and so for every thread they start; whether it
-    applied.
-
-    Where the event loop and a decoding thread share a core, each request's bytes arriving would otherwise wake the
-    event loop in the middle of a decoding step and hand it the core at once (wakeup preemption): the two threads
-    trade the core several times a request, and each runs on caches the other has just filled with its own data.
-    Under ``SCHED_BATCH`` a woken thread waits for the running one to sleep or use up its time slice, so each runs
-    in longer stretches (docs/BENCHMARKS.md); on an idle core a woken thread still runs at once. Elsewhere than
-    Linux, or where a sandbox forbids it, nothing changes.
-    """
-    setscheduler = getattr(os, "sched_setscheduler", None)
-    if setscheduler is None:  # not Linux
-        return False
-    for thread in os.listdir("/proc/self/task"):  # numpy's and ONNX Runtime's imports start threads too
-        try:
-            setscheduler(int(thread), os.SCHED_BATCH, os.sched_param(0))
-        except ProcessLookupError:  # it ended meanwhile
-            continue
-        except OSError:  # a seccomp profile or other sandbox that refuses it
-            return False
-    return True
 
 
 def attention_library() -> str:

@@ -26,6 +26,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Protocol, cast
 
+from service.core_sharing import WhileSaturated
 from service.decoding import DecodeRequest, DecodeResult
 from service.errors import TooLarge
 
@@ -115,7 +116,8 @@ class Scheduler:
 
     The event loop only queues texts and receives answers; the batching loop runs on its own thread, so a step
     never waits for the event loop to schedule it (under load the loop is busy with HTTP). Every future is set on
-    the event loop (``call_soon_threadsafe``); ``on_step`` is called on the decoding thread.
+    the event loop (``call_soon_threadsafe``); ``on_step`` is called on the decoding thread, and ``saturation`` hears
+    how many rows the batch holds after each step.
     """
 
     def __init__(
@@ -130,6 +132,7 @@ class Scheduler:
         encode_ahead: int = 16,
         small_share: float = 0.125,
         on_step: Callable[[StepStats], None] | None = None,
+        saturation: WhileSaturated | None = None,
     ) -> None:
         self.decoder = decoder
         self.max_batch_size = max_batch_size
@@ -139,6 +142,7 @@ class Scheduler:
         self.continuous = continuous
         self.encode_ahead = encode_ahead if continuous else 0
         self.on_step = on_step or (lambda _: None)
+        self.saturation = saturation
         self.small_rows = int(max_batch_size * small_share)
         self.small_tokens = int(max_batch_tokens * small_share)
         self._queue: deque[_Entry] = deque()  # small requests' texts, appended on the event loop
@@ -253,6 +257,8 @@ class Scheduler:
                 self.decoder.reset()
                 continue
             self.on_step(stats)
+            if self.saturation is not None:
+                self.saturation.observe(self, self.decoder.num_rows)
 
     def _settle_finished(self) -> None:
         """Answer the texts the last step finished. The loop does so just before its next ONNX Runtime call (or

@@ -121,13 +121,14 @@ class Settings(BaseSettings):
         "the next decoding steps fault their freed pages in again. 0: only when idle.",
     )
 
-    sched_batch: bool = Field(
-        False,
-        description="Linux: every thread of the server under SCHED_BATCH, so that arriving requests do not "
-        "interrupt the decoding step in progress: where the event loop and decoding share a core, fewer switches "
-        "between them and more texts per second at saturation; but a request arriving at a busy core waits for "
-        "the running thread's time slice, and other processes' threads preempt the server's, so latency under "
-        "moderate load is worse (docs/BENCHMARKS.md). For throughput-bound work such as bulk catalog runs.",
+    sched_batch: Literal["saturated", "always", "off"] = Field(
+        "saturated",
+        description="Linux: when the server's threads run under SCHED_BATCH, so that a request arriving does not "
+        "interrupt the decoding step in progress. Where the event loop and decoding share a core that means fewer "
+        "switches between them and more texts per second at saturation, but a request arriving at a busy core "
+        "waits for the running thread's time slice, and other processes' threads preempt the server's "
+        "(docs/BENCHMARKS.md). saturated: while a decoding batch holds 3/4 of max_batch_size rows or more, until "
+        "every one has emptied; always: from start-up (bulk catalog runs); off: never.",
     )
 
     cache_mb: int = Field(

@@ -22,7 +22,7 @@ def test_the_ratio_is_the_defaults_over_the_changed_server_pair_by_pair() -> Non
 
 
 def test_only_attnserve_settings_are_taken() -> None:
-    assert parse_args(["--set", "ATTNSERVE_SCHED_BATCH=false"]).settings == ["ATTNSERVE_SCHED_BATCH=false"]
+    assert parse_args(["--set", "ATTNSERVE_SCHED_BATCH=off"]).settings == ["ATTNSERVE_SCHED_BATCH=off"]
     with pytest.raises(SystemExit):
         parse_args(["--set", "OMP_NUM_THREADS=2"])
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import os
-import subprocess
 import sys
 from collections import Counter
 from contextlib import ExitStack
@@ -349,27 +347,6 @@ def test_memory_settings_apply() -> None:
     from numpy._core import multiarray
 
     assert multiarray._set_madvise_hugepage(False) is False  # (it returns the setting it replaces)
-
-
-BATCH_SCHEDULING = """
-import os, threading
-from service.runner import batch_scheduling
-before = threading.Thread(target=threading.Event().wait, daemon=True)
-before.start()
-applied = batch_scheduling()
-after = threading.Thread(target=lambda: print(os.sched_getscheduler(0)))
-after.start()
-after.join()
-threads = [int(t) for t in os.listdir("/proc/self/task") if t != str(after.native_id)]
-print(applied, sorted({os.sched_getscheduler(t) for t in threads}))
-"""
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SCHED_BATCH: Linux only")
-def test_batch_scheduling_holds_for_every_thread_and_those_started_after() -> None:
-    run = subprocess.run([sys.executable, "-c", BATCH_SCHEDULING], capture_output=True, text=True)
-    assert run.returncode == 0, run.stderr
-    assert run.stdout.split("\n") == [str(os.SCHED_BATCH), f"True [{os.SCHED_BATCH}]", ""]
 
 
 @pytest.mark.parametrize("io_binding", [False, True])

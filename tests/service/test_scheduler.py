@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Hashable
 
 import numpy as np
 import pytest
 
+from service.core_sharing import WhileSaturated
 from service.decoding import BatchDecoder, DecodeRequest
 from service.errors import TooLarge
 from service.scheduler import DeadlineExceeded, QueueFull, Scheduler, StepStats
@@ -295,3 +297,20 @@ def test_the_deadline_counts_from_arrival() -> None:
     late, fresh = asyncio.run(go())
     assert isinstance(late, DeadlineExceeded)
     assert fresh.hypotheses[0].tokens == expected([2, 3, 0])
+
+
+def test_the_saturation_policy_hears_the_rows_left_after_each_step() -> None:
+    heard: list[int] = []
+
+    class Heard(WhileSaturated):
+        def observe(self, decoder: Hashable, rows: int) -> None:
+            assert decoder is scheduler
+            heard.append(rows)
+
+    runner = CountingRunner()
+    scheduler = Scheduler(BatchDecoder(runner), max_batch_size=4, max_wait_ms=1, saturation=Heard(4))  # type: ignore[arg-type]
+    srcs = [[i + 2] + [3] * (2 * i) + [0] for i in range(4)]  # 2, 4, 6 and 8 tokens
+    results = asyncio.run(run(scheduler, [DecodeRequest(src=s, max_length=20) for s in srcs]))
+    assert [r.hypotheses[0].tokens for r in results] == [expected(s) for s in srcs]
+    assert len(heard) == len(runner.step_rows)  # once a step
+    assert heard == sorted(heard, reverse=True) and heard[-1] == 0  # texts leave as they finish, none joins late

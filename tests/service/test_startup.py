@@ -9,7 +9,9 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 
 import httpx
@@ -210,14 +212,39 @@ def test_listens_while_loading_and_is_ready_once_warm(tiny_bundle: Path, tmp_pat
         assert server.wait() == 0
 
 
+def policies(pid: int) -> set[int]:
+    """The scheduling policies of a process's threads."""
+    found = set()
+    for thread in os.listdir(f"/proc/{pid}/task"):
+        with suppress(ProcessLookupError):  # it ended meanwhile
+            found.add(os.sched_getscheduler(int(thread)))
+    return found
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SCHED_BATCH: Linux only")
-@pytest.mark.parametrize("sched_batch", [True, False])
-def test_every_thread_runs_under_sched_batch_unless_turned_off(
-    sched_batch: bool, tiny_bundle: Path, tmp_path: Path
-) -> None:
-    with ServeProcess(tmp_path / "log", bundles=tiny_bundle, sched_batch=sched_batch) as server:
+@pytest.mark.parametrize("sched_batch", ["always", "saturated", "off"])
+def test_every_thread_runs_under_sched_batch_as_set(sched_batch: str, tiny_bundle: Path, tmp_path: Path) -> None:
+    """always: from start-up; saturated: while the batch is full (here 2 rows, with 24 texts waiting), and no
+    longer once it has emptied; off: never."""
+    env = {"max_batch_size": 2, "max_texts": 24, "warmup": "false"}
+    with ServeProcess(tmp_path / "log", bundles=tiny_bundle, sched_batch=sched_batch, **env) as server:
         server.wait_ready()
-        assert httpx.post(server.url + "/translate", json={"q": "Open file", "source": "en", "target": "ja"}).is_success
-        threads = os.listdir(f"/proc/{server.process.pid}/task")
-        policies = {os.sched_getscheduler(int(thread)) for thread in threads}
-        assert policies == {os.SCHED_BATCH if sched_batch else os.SCHED_OTHER}, (len(threads), policies)
+        pid, seen, stop = server.process.pid, set(), threading.Event()
+
+        def watch() -> None:
+            while not stop.is_set():
+                seen.update(policies(pid))
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            texts = [f"Open file number {i} in the editor and save it" for i in range(24)]
+            body = {"q": texts, "source": "en", "target": "ja", "max_length": 64}
+            assert httpx.post(server.url + "/translate", json=body, timeout=60).is_success
+        finally:
+            stop.set()
+            watcher.join()
+        after = policies(pid)
+    batch, other = os.SCHED_BATCH, os.SCHED_OTHER
+    assert (seen, after) == {"always": ({batch}, {batch}), "saturated": ({batch, other}, {other}),
+                             "off": ({other}, {other})}[sched_batch]  # fmt: skip

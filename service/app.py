@@ -15,6 +15,7 @@ from fastapi.telemetry import TelemetryConfig
 
 from service import startup
 from service.bundle import Bundle
+from service.core_sharing import WhileSaturated
 from service.engine import Engine, Runners
 from service.http import errors
 from service.http.access_log import hide_keys
@@ -60,6 +61,7 @@ async def start(state: State, bundles: list[Bundle], on_fatal: Callable[[str], N
     A failure is logged in one line, left in /readyz's answer, and handed to ``on_fatal`` (the command line exits).
     """
     settings, metrics = state.settings, state.metrics
+    saturation = WhileSaturated(settings.max_batch_size) if settings.sched_batch == "saturated" else None
     try:
         engines = []
         for bundle in bundles:
@@ -68,7 +70,10 @@ async def start(state: State, bundles: list[Bundle], on_fatal: Callable[[str], N
         for e in engines:
             metrics.model_info.labels(e.bundle.name, *e.pair, e.provider).set(1)
             await e.start(
-                on_step=metrics.observe_step, on_input=metrics.input_tokens.inc, on_cache=metrics.observe_cache
+                on_step=metrics.observe_step,
+                on_input=metrics.input_tokens.inc,
+                on_cache=metrics.observe_cache,
+                saturation=saturation,
             )
         state.engines = {e.pair: e for e in engines}
         metrics.track(

@@ -155,13 +155,14 @@ class Engine:
         on_step: Callable[[StepStats], None] | None = None,
         on_input: Callable[[int], object] = _ignore,
         on_cache: Callable[[int, int], object] = _ignore,
+        saturation: WhileSaturated | None = None,
     ) -> None:
         """Start the schedulers; ``on_step`` gets each step's stats (on a decoding thread), ``on_input`` each
         served request's source tokens once they are accepted, ``on_cache`` each cached request's texts found in
-        the cache and not."""
+        the cache and not, ``saturation`` (the process's one, shared by every engine) the rows each batch holds
+        after a step."""
         s = self.settings
         self._on_input, self._on_cache = on_input, on_cache
-        saturation = WhileSaturated(s.max_batch_size) if s.sched_batch == "saturated" else None
         for name, runner in (("exact", self.runners.exact), ("fast", self.runners.fast)):
             if name == "fast" and runner is self.runners.exact:  # one runner, one set of schedulers
                 self.schedulers["fast"] = self.schedulers["exact"]

@@ -80,7 +80,7 @@ def serve(settings: Settings) -> int:
     import uvicorn
 
     from service.app import create_app
-    from service.core_sharing import batch_scheduling
+    from service.core_sharing import UNAVAILABLE, batch_scheduling
     from service.http.slow_clients import uvicorn_options
     from service.runner import tune_memory
     from service.server import Server
@@ -94,7 +94,7 @@ def serve(settings: Settings) -> int:
         return 2
     tune_memory()  # before any thread starts, so that every thread allocates from the one malloc arena it sets
     if settings.sched_batch == "always" and not batch_scheduling():  # before any thread starts: they inherit it
-        print("attnserve: SCHED_BATCH is not available here; threads keep the default scheduling", file=sys.stderr)
+        print(f"attnserve: {UNAVAILABLE}", file=sys.stderr)
     app = create_app(settings, bundles, on_fatal=lambda message: server.fail(message))
     config = uvicorn.Config(
         app,

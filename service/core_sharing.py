@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable, Hashable
 
 log = logging.getLogger(__name__)
+UNAVAILABLE = "SCHED_BATCH is not available here; threads keep the default scheduling"
 
 
 def batch_scheduling(on: bool = True) -> bool:
@@ -70,6 +71,6 @@ class WhileSaturated:
                 return
             if not self.apply(want):
                 self._broken = True
-                log.warning("SCHED_BATCH is not available here; threads keep the default scheduling")
+                log.warning(UNAVAILABLE)
                 return
             self.on = want

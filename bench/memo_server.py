@@ -66,7 +66,10 @@ def main(argv: list[str]) -> int:
     Scheduler.submit_many = lambda self, *args, **kwargs: memo.submit_many(self, *args, **kwargs)  # type: ignore[method-assign]
     from service.cli import main as attnserve
 
-    return attnserve([a for a in argv if a != "--beside-decoding"])
+    try:
+        return attnserve([a for a in argv if a != "--beside-decoding"])
+    finally:
+        memo.stop()  # a daemon thread still in ONNX Runtime as the interpreter exits aborts the process
 
 
 if __name__ == "__main__":

@@ -5,16 +5,19 @@ The server runs pinned to core 0 (``taskset -c 0``, one decoding thread of one O
 CTranslate2 runs ``Translator.translate_batch`` in batches of 32 sorted by length on core 0, on the same weights
 (``attnserve export-marian`` → ``ct2-transformers-converter``, bench/engines.py's :func:`~engines.prepare`), in a
 subprocess of bench/peers.py (``--engine``), as does attnserve's runner alone (no HTTP, no scheduler) for
-reference. 300 test sentences, greedy, default settings, float32 and int8; the clients walk the sentences in turn,
-so every sentence is answered once in the first 300 requests and repeats after.
+reference. The service without HTTP runs too: its engine started as the server starts it, in a process of its own
+on core 0 with as many closed-loop callers (bench/in_process.py). 300 test sentences, greedy, default settings,
+float32 and int8; the clients walk the sentences in turn, so every sentence is answered once in the first 300
+requests and repeats after.
 
 Each round runs, in turn: CTranslate2 float32, attnserve float32, CTranslate2 int8, attnserve int8, attnserve
 float32 with ``max_batch_size`` 1 (the batching gain), both engines on the texts without spans (the service masks
-placeholders and decodes those texts with attention: service/text/), the runner alone, with ``--cache``
-attnserve float32 with its response cache on, and with ``--event-loop`` the event loop's own cost: a server that
-answers each text from a memo of the runner's results (bench/memo_server.py), alone and beside a decoding loop that
-answers nobody. Ratios are those of each round, median of ``--rounds``. attnserve's
-answers to texts without spans are compared with CTranslate2's float32 outputs, detokenized (identical expected).
+placeholders and decodes those texts with attention: service/text/), the runner alone, the service without HTTP
+(float32, int8, int8 on the texts without spans), with ``--cache`` attnserve float32 with its response cache on,
+and with ``--event-loop`` the event loop's own cost: a server that answers each text from a memo of the runner's
+results (bench/memo_server.py), alone and beside a decoding loop that answers nobody. Ratios are those of each
+round, median of ``--rounds``. attnserve's answers to texts without spans are compared with CTranslate2's float32
+outputs, detokenized (identical expected).
 ``--profile NAME`` adds a py-spy profile of the float32 server (``--profile-variant int8``: the int8 one) under the
 same load, with each thread's CPU time and, where Linux's perf is installed, the CPU by thread and library, and
 writes it to its own section (``overhead-profile-NAME``); ``--rounds 0 --attnserve OTHER/.venv/bin/attnserve``
@@ -126,6 +129,21 @@ def offline_run(work: Path, engine: str, compute: str, run: Run, passes: int = 3
         run.tokens = run.tokens or result["tokens"]
     run.rates.append(statistics.median(rates))
     print(f"  {run.label}: {run.rates[-1]:.1f}/s (passes {', '.join(f'{r:.0f}' for r in rates)})", flush=True)
+
+
+def in_process_run(work: Path, env: dict[str, str], seconds: float, run: Run) -> None:
+    """The service without HTTP (bench/in_process.py) on ``work``'s texts, pinned to the server's core, loaded for
+    ``--seconds``; into ``run``."""
+    command = [sys.executable, str(IN_PROCESS), "--work", str(work), "--seconds", str(seconds)]
+    env = {**os.environ, "ATTNSERVE_LOG_LEVEL": "warning", **ONE_THREAD, **env}
+    proc = subprocess.run(pinned(SERVER_CORE, command), capture_output=True, text=True, env=env, cwd=ROOT)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"{run.label} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    result = json.loads(lines[-1][len("RESULT ") :])
+    run.rates.append(result["rate"])
+    run.outputs = run.outputs or {int(i): text for i, text in result["outputs"].items()}
+    print(f"  {run.label}: {run.rates[-1]:.1f}/s", flush=True)
 
 
 def attnserve_server(bundle: Path, env: dict[str, str], attnserve: list[str]) -> Server:
@@ -241,6 +259,8 @@ class Setup:
 PLAIN = "texts without spans"
 MEMO = "attnserve float32, answers from memory"
 MEMO_SERVER = Path(__file__).with_name("memo_server.py")
+IN_PROCESS = Path(__file__).with_name("in_process.py")
+NO_HTTP = "engine in process, no HTTP"
 
 
 def plan(args: argparse.Namespace, setup: Setup) -> list[tuple[str, Callable[[Run], None]]]:
@@ -273,6 +293,13 @@ def plan(args: argparse.Namespace, setup: Setup) -> list[tuple[str, Callable[[Ru
         ("attnserve runner float32, no HTTP", ct2("float32", setup.work, "attnserve")),
         (f"attnserve runner float32, no HTTP, {PLAIN}", ct2("float32", setup.work / "plain", "attnserve")),
     ]
+    for variant, work, texts in (
+        ("float32", setup.work, ""),
+        ("int8", setup.work, ""),
+        ("int8", setup.work / "plain", f", {PLAIN}"),
+    ):
+        env = {"ATTNSERVE_GRAPH_VARIANT": variant}  # what a request costs once HTTP is gone
+        steps.append((f"attnserve {variant}, {NO_HTTP}{texts}", partial(in_process_run, work, env, args.seconds)))
     if args.cache:
         steps.append(("attnserve float32, cache on", server({"ATTNSERVE_CACHE_MB": "16"}, setup.bodies)))
     if args.event_loop:  # the event loop's own cost a request, then beside decoding that answers nobody
@@ -371,6 +398,10 @@ def ratios(runs: dict[str, Run]) -> str:
          f"CTranslate2 float32, {PLAIN}"),
         (f"{PLAIN}: attnserve int8 / CTranslate2 int8", f"attnserve int8, {PLAIN}", f"CTranslate2 int8, {PLAIN}"),
         ("attnserve runner alone / CTranslate2, float32", "attnserve runner float32, no HTTP", "CTranslate2 float32"),
+        (f"attnserve float32, {NO_HTTP} / CTranslate2 float32", f"attnserve float32, {NO_HTTP}", "CTranslate2 float32"),
+        (f"attnserve int8, {NO_HTTP} / CTranslate2 int8", f"attnserve int8, {NO_HTTP}", "CTranslate2 int8"),
+        (f"{PLAIN}: attnserve int8, {NO_HTTP} / CTranslate2 int8", f"attnserve int8, {NO_HTTP}, {PLAIN}",
+         f"CTranslate2 int8, {PLAIN}"),
         (f"{PLAIN}: attnserve runner alone / CTranslate2, float32", f"attnserve runner float32, no HTTP, {PLAIN}",
          f"CTranslate2 float32, {PLAIN}"),
     ]  # fmt: skip
@@ -419,12 +450,13 @@ def set_up(args: argparse.Namespace) -> Setup:
     bundle = load_bundle(prepared.bundle, verify=False)
     kept = held_out_sentences(bundle, args.texts, args.sentences)
     setup: dict[str, Any] = {"bundle": str(prepared.bundle), "hf": str(prepared.hf), "ct2": str(prepared.ct2)}
-    setup |= {"sources": [ids for _, ids in kept], "max_length": token_limit(bundle)}
-    (work / "setup.json").write_text(json.dumps(setup))
     sentences = [s for s, _ in kept]
+    setup |= {"sources": [ids for _, ids in kept], "texts": sentences, "max_length": token_limit(bundle)}
+    (work / "setup.json").write_text(json.dumps(setup))
     plain = plain_texts(prepared.bundle, sentences)
     (work / "plain").mkdir(exist_ok=True)  # CTranslate2 on the texts without spans
     setup["sources"] = [ids for (_, ids), p in zip(kept, plain, strict=True) if p]
+    setup["texts"] = [s for s, p in zip(sentences, plain, strict=True) if p]
     (work / "plain" / "setup.json").write_text(json.dumps(setup))
     return Setup(prepared.bundle, work, sentences, translate_bodies(bundle, sentences), plain)
 

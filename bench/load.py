@@ -197,9 +197,11 @@ def mixed_load(
     threads: int,
     long_max_length: int,
     timeout: float,
+    settings: Sequence[str] = ("true", "false"),
 ) -> dict[str, dict[str, LoadPoint]]:
     """10 % long requests (the longest tenth of the sentences, ``max_length=long_max_length``) and 90 % short ones
-    (the shorter half), one plan, sent to attnserve with continuous batching on, then off."""
+    (the shorter half), one plan, sent to attnserve with each of ``settings`` of continuous batching in turn (on,
+    then off)."""
     order = sorted(range(len(sentences)), key=lambda i: lengths[i])
     short = [sentences[i] for i in order[: max(1, len(order) // 2)]]
     long = [sentences[i] for i in order[-max(1, len(order) // 10) :]]
@@ -212,7 +214,7 @@ def mixed_load(
 
     plan = poisson_plan(rate, seconds, choose, seed=7)
     results: dict[str, dict[str, LoadPoint]] = {}
-    for setting in ("true", "false"):
+    for setting in settings:
         env = {"ATTNSERVE_DECODE_THREADS": str(threads), "ATTNSERVE_THREADS": "1", "OMP_NUM_THREADS": "1"}
         env["ATTNSERVE_CONTINUOUS_BATCHING"] = setting
         with attnserve_server(bundle.path, env) as server:

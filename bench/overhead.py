@@ -14,10 +14,12 @@ Each round runs, in turn: CTranslate2 float32, attnserve float32, CTranslate2 in
 float32 with ``max_batch_size`` 1 (the batching gain), both engines on the texts without spans (the service masks
 placeholders and decodes those texts with attention: service/text/), the runner alone, the service without HTTP
 (float32, int8, int8 on the texts without spans), with ``--cache`` attnserve float32 with its response cache on,
-and with ``--event-loop`` the event loop's own cost: a server that answers each text from a memo of the runner's
-results (bench/memo_server.py), alone and beside a decoding loop that answers nobody. Ratios are those of each
-round, median of ``--rounds``. attnserve's answers to texts without spans are compared with CTranslate2's float32
-outputs, detokenized (identical expected).
+with ``--event-loop`` the event loop's own cost: a server that answers each text from a memo of the runner's
+results (bench/memo_server.py), alone and beside a decoding loop that answers nobody, and with ``--mixed-rate`` the
+mixed load of bench/peers.py (open loop, 10 % long requests; its 1,000 test sentences; the server free to use every
+core, as there) with continuous batching on, then off. Ratios are those of each round, median of ``--rounds``; each
+server's peak resident memory is its VmHWM. attnserve's answers to texts without spans are compared with
+CTranslate2's float32 outputs, detokenized (identical expected).
 ``--profile NAME`` adds a py-spy profile of the float32 server (``--profile-variant int8``: the int8 one) under the
 same load, with each thread's CPU time and, where Linux's perf is installed, the CPU by thread and library, and
 writes it to its own section (``overhead-profile-NAME``); ``--rounds 0 --attnserve OTHER/.venv/bin/attnserve``
@@ -25,7 +27,7 @@ profiles another checkout's server alone.
 
     python bench/overhead.py
     python bench/overhead.py --profile after --cache
-    python bench/overhead.py --cache --event-loop
+    python bench/overhead.py --cache --event-loop --mixed-rate 174.2
     python bench/overhead.py --sentences 40 --seconds 2 --rounds 1 --no-write
 """
 
@@ -41,7 +43,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -50,12 +53,14 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from common import CORPUS, DOCS, PEERS, ROOT, Server, free_port, machine, pairs, versions, write_section
 from engines import SERVICE_MAX_LENGTH, prepare
+from load import mixed_load
 from profile_table import profile_section, record_command, record_profile, thread_cpu
 
 if TYPE_CHECKING:
     from service.bundle import Bundle
 
 SERVER_CORE, CLIENT_CORE = "0", "1"
+ALL_CORES = os.sched_getaffinity(0)  # before main pins the load generator
 ONE_THREAD = {"ATTNSERVE_DECODE_THREADS": "1", "ATTNSERVE_THREADS": "1", "OMP_NUM_THREADS": "1"}
 
 
@@ -75,6 +80,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--cache", action="store_true", help="also attnserve float32 with the response cache on")
     ap.add_argument("--event-loop", action="store_true",
                     help="also a server answering from a memo, alone and beside decoding (memo_server.py)")  # fmt: skip
+    ap.add_argument("--mixed-rate", type=float, metavar="RATE",
+                    help="also bench/peers.py's mixed load at RATE/s, continuous batching on and off")  # fmt: skip
+    ap.add_argument("--mixed-seconds", type=float, default=30, help="seconds of arrivals of a mixed-load run")
     ap.add_argument("--profile", metavar="NAME", help="profile the server (py-spy, perf) into its own section")
     ap.add_argument("--profile-variant", choices=("float32", "int8"), default="float32",
                     help="the graphs of the server that --profile profiles")  # fmt: skip
@@ -101,6 +109,11 @@ class Run:
     encode_us: list[float] = field(default_factory=list)  # ONNX Runtime's encoder calls, wall µs a request
     decode_us: list[float] = field(default_factory=list)  # its decoder steps, wall µs a request
     rows: list[float] = field(default_factory=list)  # rows a decoding step
+    rss_mb: list[float] = field(default_factory=list)  # the server's peak resident memory (VmHWM)
+    short_p99: list[float] = field(default_factory=list)  # mixed load: short requests' p99, s
+    long_p99: list[float] = field(default_factory=list)  # mixed load: long requests' p99, s
+    errors: int = 0  # mixed load: failed requests, over the rounds
+    requests: int = 0  # mixed load: requests sent, over the rounds
 
     @property
     def rate(self) -> float:
@@ -210,6 +223,9 @@ def serve_and_load(
         rate, p50, outputs = asyncio.run(closed_loop(server.url, bodies, args.clients, args.seconds))
         seconds, after = time.perf_counter() - start, thread_cpu(server.process.pid)
         steps = {k: v - steps_before[k] for k, v in step_totals(server.url).items()}
+        rss = server.peak_rss_mb()
+    if rss is not None:
+        run.rss_mb.append(rss)
     loop = after[pid] - before.get(pid, 0.0)
     others = sum(after[t] - before.get(t, 0.0) for t in after if t != pid)
     run.rates.append(rate)
@@ -228,6 +244,38 @@ def serve_and_load(
         run.outputs = outputs
     print(f"  {run.label}: {rate:.1f}/s, p50 {p50 * 1000:.0f} ms, event loop {run.loop_us[-1]:.0f} µs a request, "
           f"other threads {run.decode_share[-1]:.0%} of the CPU{decoding}", flush=True)  # fmt: skip
+
+
+@contextmanager
+def all_cores() -> Iterator[None]:
+    """This process (and the servers it starts meanwhile) free to run on every core, then pinned back."""
+    pinned_to = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, ALL_CORES)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, pinned_to)
+
+
+def mixed_run(setup: Setup, args: argparse.Namespace, setting: str, run: Run) -> None:
+    """bench/peers.py's mixed load (:func:`load.mixed_load`) at ``--mixed-rate``, ``ATTNSERVE_CONTINUOUS_BATCHING``
+    at ``setting``, one decoding thread, as that bench runs it: the server unpinned; into ``run``."""
+    from service.bundle import load_bundle
+
+    bundle = load_bundle(setup.bundle, verify=False)
+    sentences, lengths = [s for s, _ in setup.mixed], [len(ids) for _, ids in setup.mixed]
+    with all_cores():
+        result = mixed_load(bundle, sentences, lengths, args.mixed_rate, args.mixed_seconds, 1,
+                            token_limit(bundle), 60, (setting,))[setting]  # fmt: skip
+    short, long, every = result["short"], result["long"], result["all"]
+    run.rates.append(every.achieved)
+    run.p50.append(short.p50)
+    run.short_p99.append(short.p99)
+    run.long_p99.append(long.p99)
+    run.errors += every.errors
+    run.requests += every.n
+    print(f"  {run.label}: short p50 {short.p50 * 1000:.0f} ms, p99 {short.p99 * 1000:.0f} ms, long p99 "
+          f"{long.p99 * 1000:.0f} ms, {every.errors} errors of {every.n}", flush=True)  # fmt: skip
 
 
 def step_totals(url: str) -> dict[str, float]:
@@ -254,6 +302,7 @@ class Setup:
     sentences: list[str]
     bodies: list[dict[str, Any]]
     plain: list[bool]  # per sentence: no span (decoded as it is)
+    mixed: list[tuple[str, list[int]]]  # the mixed load's sentences (bench/peers.py's sample) and their token ids
 
 
 PLAIN = "texts without spans"
@@ -261,6 +310,8 @@ MEMO = "attnserve float32, answers from memory"
 MEMO_SERVER = Path(__file__).with_name("memo_server.py")
 IN_PROCESS = Path(__file__).with_name("in_process.py")
 NO_HTTP = "engine in process, no HTTP"
+MIXED = "attnserve float32, mixed load"
+MIXED_SENTENCES = 1000  # bench/peers.py's sample, so that its mixed-load figures compare
 
 
 def plan(args: argparse.Namespace, setup: Setup) -> list[tuple[str, Callable[[Run], None]]]:
@@ -305,6 +356,9 @@ def plan(args: argparse.Namespace, setup: Setup) -> list[tuple[str, Callable[[Ru
     if args.event_loop:  # the event loop's own cost a request, then beside decoding that answers nobody
         steps.append((MEMO, server({}, setup.bodies, [])))
         steps.append((f"{MEMO}, beside a decoding loop", server({}, setup.bodies, ["--beside-decoding"])))
+    if args.mixed_rate:
+        for setting, batching in (("true", "continuous"), ("false", "request-level")):
+            steps.append((f"{MIXED}, {batching} batching", partial(mixed_run, setup, args, setting)))
     return steps
 
 
@@ -368,18 +422,40 @@ def identity(runs: dict[str, Run], plain: list[bool]) -> str:
 def table(runs: dict[str, Run]) -> str:
     """Each run's median rate, its rounds, and the ratios that the issue asks for."""
     rows = ["| run | sentences/s (median) | rounds | p50 ms | event loop CPU µs a request | decoding threads' CPU | "
-            "encoder µs a request | decoder µs a request | rows a step |"]  # fmt: skip
-    rows.append("|---|---|---|---|---|---|---|---|---|")
+            "encoder µs a request | decoder µs a request | rows a step | peak RSS MiB |"]  # fmt: skip
+    rows.append("|---|---|---|---|---|---|---|---|---|---|")
 
     def median(values: list[float], form: str) -> str:
         return format(statistics.median(values), form) if values else "—"
 
     for run in runs.values():
+        if run.short_p99:
+            continue  # the mixed load: its own table
         rounds_ = ", ".join(f"{x:.1f}" for x in run.rates)
         p50 = median([x * 1000 for x in run.p50], ".0f")
         rows.append(f"| {run.label} | {run.rate:.1f} | {rounds_} | {p50} | {median(run.loop_us, '.0f')} | "
                     f"{median(run.decode_share, '.0%')} | {median(run.encode_us, '.0f')} | "
-                    f"{median(run.decode_us, '.0f')} | {median(run.rows, '.1f')} |")  # fmt: skip
+                    f"{median(run.decode_us, '.0f')} | {median(run.rows, '.1f')} | "
+                    f"{median(run.rss_mb, '.0f')} |")  # fmt: skip
+    return "\n".join(rows)
+
+
+def mixed_table(args: argparse.Namespace, runs: dict[str, Run]) -> str:
+    """The mixed load's short and long requests' latency, median over the rounds; empty without ``--mixed-rate``."""
+    mixed = [run for run in runs.values() if run.short_p99]
+    if not mixed:
+        return ""
+    rows = [f"Mixed load (bench/peers.py's, `load.mixed_load`): {args.mixed_rate:g} requests/s offered for "
+            f"{args.mixed_seconds:g} s, 10 % long (the longest tenth of its {MIXED_SENTENCES} test sentences, long "
+            "`max_length`) and 90 % short (the shorter half), the same arrivals for each run; one decoding thread, "
+            "the server free to use both cores as in that bench.\n",
+            "| run | short p99 ms (median) | rounds | short p50 ms | long p99 ms | achieved/s | errors |",
+            "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for run in mixed:
+        ms = [x * 1000 for x in run.short_p99]
+        rows.append(f"| {run.label} | **{statistics.median(ms):.0f}** | {', '.join(f'{x:.0f}' for x in ms)} | "
+                    f"{statistics.median(run.p50) * 1000:.0f} | {statistics.median(run.long_p99) * 1000:.0f} | "
+                    f"{run.rate:.1f} | {run.errors}/{run.requests} |")  # fmt: skip
     return "\n".join(rows)
 
 
@@ -451,6 +527,7 @@ def set_up(args: argparse.Namespace) -> Setup:
     kept = held_out_sentences(bundle, args.texts, args.sentences)
     setup: dict[str, Any] = {"bundle": str(prepared.bundle), "hf": str(prepared.hf), "ct2": str(prepared.ct2)}
     sentences = [s for s, _ in kept]
+    mixed = held_out_sentences(bundle, args.texts, MIXED_SENTENCES) if args.mixed_rate else []
     setup |= {"sources": [ids for _, ids in kept], "texts": sentences, "max_length": token_limit(bundle)}
     (work / "setup.json").write_text(json.dumps(setup))
     plain = plain_texts(prepared.bundle, sentences)
@@ -458,7 +535,7 @@ def set_up(args: argparse.Namespace) -> Setup:
     setup["sources"] = [ids for (_, ids), p in zip(kept, plain, strict=True) if p]
     setup["texts"] = [s for s, p in zip(sentences, plain, strict=True) if p]
     (work / "plain" / "setup.json").write_text(json.dumps(setup))
-    return Setup(prepared.bundle, work, sentences, translate_bodies(bundle, sentences), plain)
+    return Setup(prepared.bundle, work, sentences, translate_bodies(bundle, sentences), plain, mixed)
 
 
 def section(args: argparse.Namespace, command: str, setup: Setup, runs: dict[str, Run], load: list[float]) -> str:
@@ -475,12 +552,15 @@ figures noisy, the ratios less so. Event loop CPU: the server's main thread's CP
 gave; decoding threads' CPU: the other threads' share of the server's CPU time (the batching loops, with ONNX
 Runtime running on them). Encoder and decoder µs a request: the wall time of ONNX Runtime's encoder calls and
 decoding steps over the answers (the server's `attnserve_inference_seconds`; on one core it includes what the event
-loop ran meanwhile); rows a step: `attnserve_batch_size`.
+loop ran meanwhile); rows a step: `attnserve_batch_size`; peak RSS: the server process's VmHWM at the end of its
+run.
 
 {table(runs)}
 
 {ratios(runs)}
 {identity(runs, setup.plain)}
+
+{mixed_table(args, runs)}
 """
 
 

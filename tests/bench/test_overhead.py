@@ -1,0 +1,38 @@
+"""bench/overhead.py: the mixed load run in the same rounds as the closed loop, the servers free to use every core."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from pathlib import Path
+
+from overhead import MIXED, Run, Setup, mixed_run, mixed_table
+
+from service.bundle import load_bundle
+
+TEXTS = ["Open file", "Settings", "Could not open the file because it is locked by another program.", "Save"] * 5
+
+
+def test_mixed_runs_record_each_batching_and_pin_the_load_generator_back(tiny_bundle: Path, tmp_path: Path) -> None:
+    tokenizer = load_bundle(tiny_bundle, verify=False).tokenizer
+    setup = Setup(tiny_bundle, tmp_path, [], [], [], [(t, tokenizer.encode_source(t)) for t in TEXTS])
+    args = argparse.Namespace(mixed_rate=20.0, mixed_seconds=1.0)
+    runs = {f"{MIXED}, {b} batching": Run(f"{MIXED}, {b} batching") for b in ("continuous", "request-level")}
+    pinned = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(pinned)})  # as bench/overhead.py pins its load generator
+    try:
+        for _ in range(2):  # two rounds
+            for setting, run in zip(("true", "false"), runs.values(), strict=True):
+                mixed_run(setup, args, setting, run)
+        assert os.sched_getaffinity(0) == {min(pinned)}
+    finally:
+        os.sched_setaffinity(0, pinned)
+    for run in runs.values():
+        assert run.requests > 0 and run.errors == 0
+        assert len(run.short_p99) == len(run.long_p99) == len(run.rates) == 2
+        assert all(math.isfinite(p) and p > 0 for p in run.short_p99)
+    table = mixed_table(args, runs)
+    assert f"| {MIXED}, continuous batching | **" in table
+    assert f"| {MIXED}, request-level batching | **" in table
+    assert table.count(f"0/{runs[f'{MIXED}, continuous batching'].requests} |") == 2

@@ -257,13 +257,12 @@ def all_cores() -> Iterator[None]:
         os.sched_setaffinity(0, pinned_to)
 
 
-def mixed_run(setup: Setup, args: argparse.Namespace, setting: str, run: Run) -> None:
-    """bench/peers.py's mixed load (:func:`load.mixed_load`) at ``--mixed-rate``, ``ATTNSERVE_CONTINUOUS_BATCHING``
-    at ``setting``, one decoding thread, as that bench runs it: the server unpinned; into ``run``."""
-    from service.bundle import load_bundle
-
-    bundle = load_bundle(setup.bundle, verify=False)
-    sentences, lengths = [s for s, _ in setup.mixed], [len(ids) for _, ids in setup.mixed]
+def mixed_run(bundle: Bundle, mixed: list[tuple[str, list[int]]], args: argparse.Namespace, setting: str,
+              run: Run) -> None:  # fmt: skip
+    """bench/peers.py's mixed load (:func:`load.mixed_load`) of ``mixed`` (sentences and their token ids) at
+    ``--mixed-rate``, ``ATTNSERVE_CONTINUOUS_BATCHING`` at ``setting``, one decoding thread, as that bench runs it:
+    the server unpinned; into ``run``."""
+    sentences, lengths = [s for s, _ in mixed], [len(ids) for _, ids in mixed]
     with all_cores():
         result = mixed_load(bundle, sentences, lengths, args.mixed_rate, args.mixed_seconds, 1,
                             token_limit(bundle), 60, (setting,))[setting]  # fmt: skip
@@ -357,8 +356,12 @@ def plan(args: argparse.Namespace, setup: Setup) -> list[tuple[str, Callable[[Ru
         steps.append((MEMO, server({}, setup.bodies, [])))
         steps.append((f"{MEMO}, beside a decoding loop", server({}, setup.bodies, ["--beside-decoding"])))
     if args.mixed_rate:
+        from service.bundle import load_bundle
+
+        bundle = load_bundle(setup.bundle, verify=False)
         for setting, batching in (("true", "continuous"), ("false", "request-level")):
-            steps.append((f"{MIXED}, {batching} batching", partial(mixed_run, setup, args, setting)))
+            run_mixed = partial(mixed_run, bundle, setup.mixed, args, setting)
+            steps.append((f"{MIXED}, {batching} batching", run_mixed))
     return steps
 
 

@@ -7,16 +7,16 @@ import math
 import os
 from pathlib import Path
 
-from overhead import MIXED, Run, Setup, mixed_run, mixed_table
+from overhead import MIXED, Run, mixed_run, mixed_table
 
 from service.bundle import load_bundle
 
 TEXTS = ["Open file", "Settings", "Could not open the file because it is locked by another program.", "Save"] * 5
 
 
-def test_mixed_runs_record_each_batching_and_pin_the_load_generator_back(tiny_bundle: Path, tmp_path: Path) -> None:
-    tokenizer = load_bundle(tiny_bundle, verify=False).tokenizer
-    setup = Setup(tiny_bundle, tmp_path, [], [], [], [(t, tokenizer.encode_source(t)) for t in TEXTS])
+def test_mixed_runs_record_each_batching_and_pin_the_load_generator_back(tiny_bundle: Path) -> None:
+    bundle = load_bundle(tiny_bundle, verify=False)
+    mixed = [(t, bundle.tokenizer.encode_source(t)) for t in TEXTS]
     args = argparse.Namespace(mixed_rate=20.0, mixed_seconds=1.0)
     runs = {f"{MIXED}, {b} batching": Run(f"{MIXED}, {b} batching") for b in ("continuous", "request-level")}
     pinned = os.sched_getaffinity(0)
@@ -24,7 +24,7 @@ def test_mixed_runs_record_each_batching_and_pin_the_load_generator_back(tiny_bu
     try:
         for _ in range(2):  # two rounds
             for setting, run in zip(("true", "false"), runs.values(), strict=True):
-                mixed_run(setup, args, setting, run)
+                mixed_run(bundle, mixed, args, setting, run)
         assert os.sched_getaffinity(0) == {min(pinned)}
     finally:
         os.sched_setaffinity(0, pinned)

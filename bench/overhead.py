@@ -301,6 +301,7 @@ class Setup:
     sentences: list[str]
     bodies: list[dict[str, Any]]
     plain: list[bool]  # per sentence: no span (decoded as it is)
+    tokens: list[int]  # per sentence: its source's tokens, unmasked
     mixed: list[tuple[str, list[int]]]  # the mixed load's sentences (bench/peers.py's sample) and their token ids
 
 
@@ -407,14 +408,21 @@ def plain_texts(bundle_dir: Path, sentences: list[str]) -> list[bool]:
     return [pipeline.plain(s) for s in sentences]
 
 
-def identity(runs: dict[str, Run], plain: list[bool]) -> str:
+def identity(runs: dict[str, Run], plain: list[bool], tokens: list[int]) -> str:
     """How many of attnserve's answers are CTranslate2's on the texts without spans, float32 and int8 (int8's
-    graphs differ from CTranslate2's int8: not expected there)."""
+    graphs differ from CTranslate2's int8: not expected there), and how long the texts with spans are: the two sets
+    differ in length, not only in spans."""
     ct2 = runs["CTranslate2 float32"].outputs
     kept = [i for i, p in enumerate(plain) if p]
     spans = len(plain) - len(kept)
-    lines = [f"- {spans} of the {len(plain)} texts have spans (placeholders): the service masks them and places them "
-             "back by cross-attention (service/text/), so their answers are left out of the comparison"]  # fmt: skip
+    line = (f"- {spans} of the {len(plain)} texts have spans (placeholders): the service masks them and places them "
+            "back by cross-attention (service/text/), so their answers are left out of the comparison")  # fmt: skip
+    if spans and kept:
+        with_spans = statistics.mean(t for t, p in zip(tokens, plain, strict=True) if not p)
+        others = statistics.mean(tokens[i] for i in kept)
+        line += (f". They average {with_spans:.1f} source tokens against the others' {others:.1f} "
+                 f"(all {len(plain)}: {statistics.mean(tokens):.1f})")  # fmt: skip
+    lines = [line]
     for name in ("attnserve float32", "attnserve int8"):
         got = runs[name].outputs
         same = sum(got.get(i) == ct2[i] for i in kept)
@@ -538,7 +546,8 @@ def set_up(args: argparse.Namespace) -> Setup:
     setup["sources"] = [ids for (_, ids), p in zip(kept, plain, strict=True) if p]
     setup["texts"] = [s for s, p in zip(sentences, plain, strict=True) if p]
     (work / "plain" / "setup.json").write_text(json.dumps(setup))
-    return Setup(prepared.bundle, work, sentences, translate_bodies(bundle, sentences), plain, mixed)
+    lengths = [len(ids) for _, ids in kept]
+    return Setup(prepared.bundle, work, sentences, translate_bodies(bundle, sentences), plain, lengths, mixed)
 
 
 def section(args: argparse.Namespace, command: str, setup: Setup, runs: dict[str, Run], load: list[float]) -> str:
@@ -561,7 +570,7 @@ run.
 {table(runs)}
 
 {ratios(runs)}
-{identity(runs, setup.plain)}
+{identity(runs, setup.plain, setup.tokens)}
 
 {mixed_table(args, runs)}
 """

@@ -414,12 +414,12 @@ def identity(runs: dict[str, Run], plain: list[bool], tokens: list[int]) -> str:
     differ in length, not only in spans."""
     ct2 = runs["CTranslate2 float32"].outputs
     kept = [i for i, p in enumerate(plain) if p]
-    spans = len(plain) - len(kept)
-    line = (f"- {spans} of the {len(plain)} texts have spans (placeholders): the service masks them and places them "
-            "back by cross-attention (service/text/), so their answers are left out of the comparison")  # fmt: skip
-    if spans and kept:
-        with_spans = statistics.mean(t for t, p in zip(tokens, plain, strict=True) if not p)
-        others = statistics.mean(tokens[i] for i in kept)
+    spanned = [i for i, p in enumerate(plain) if not p]
+    line = (f"- {len(spanned)} of the {len(plain)} texts have spans (placeholders): the service masks them and "
+            "places them back by cross-attention (service/text/), so their answers are left out of the "
+            "comparison")  # fmt: skip
+    if spanned and kept:
+        with_spans, others = (statistics.mean(tokens[i] for i in group) for group in (spanned, kept))
         line += (f". They average {with_spans:.1f} source tokens against the others' {others:.1f} "
                  f"(all {len(plain)}: {statistics.mean(tokens):.1f})")  # fmt: skip
     lines = [line]

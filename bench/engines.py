@@ -181,7 +181,7 @@ def prepare(bundle_dir: Path, work: Path, variants: Sequence[str] = ("int8",)) -
     import ctranslate2
 
     from model.export import ADD_VARIANT
-    from model.marian import export_marian
+    from model.importers.marian import export_marian
     from service.bundle import load_bundle, sha256
 
     work.mkdir(parents=True, exist_ok=True)

@@ -5,7 +5,7 @@ interleaved (A, B, C, A, B, C, ...) and the median reported, all in batches of 3
 and beam 4, with one ``max_length`` for every engine:
 
 1. CTranslate2 ``Translator.translate_batch``, float32 and int8 (``compute_type`` at load time), on the bundle's
-   weights: ``model.marian.export_marian`` writes a MarianMTModel directory, ``TransformersConverter`` converts it;
+   weights: ``model.importers.marian.export_marian`` writes a MarianMTModel directory, ``TransformersConverter`` converts it;
 2. transformers ``MarianMTModel.generate`` on that directory (float32);
 3. attnserve's runner alone: ``service.decoding.decode`` on a ``Runner``, float32 and the bundle's int8 variant
    (made in a copy with ``model.export.add_int8`` when the bundle has none).

@@ -100,11 +100,11 @@ def main(argv: list[str]) -> int:  # long: one branch per subcommand, each impor
 
             evaluate(args.bundle, args.corpus, limit=args.limit, write=args.write, split=args.split)
         elif args.command == "import-marian":
-            from model.marian import import_marian
+            from model.importers.marian import import_marian
 
             print(import_marian(args.hf_dir, args.out_dir, name=args.name, force=args.force))
         elif args.command == "export-marian":
-            from model.marian import export_marian
+            from model.importers.marian import export_marian
 
             print(export_marian(args.bundle, args.out_dir, force=args.force))
         elif args.command == "calibrate":

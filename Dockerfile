@@ -1,7 +1,7 @@
 # attnserve images. CPU (default):  docker build -t attnserve:cpu .
 #                   GPU (CUDA 12):  docker build --target gpu -t attnserve:gpu .
 # Runtime images hold the service's dependencies only: no torch, no compilers. The builders compile attnserve's two
-# C extensions (service/_beam.c, beam search's per-step arithmetic; service/_attention.c, the fast decoder's attention
+# C extensions (service/runtime/_beam.c, beam search's per-step arithmetic; service/runtime/_attention.c, the fast decoder's attention
 # kernels for ONNX Runtime, against the headers in third_party/onnxruntime) and keep gcc, pip and the build tree out
 # of the final image; every dependency ships wheels.
 # Settings are ATTNSERVE_* environment variables (docs/DEPLOY.md); the shipped en-ja bundle is inside.
@@ -25,7 +25,7 @@ RUN apt-get update \
 COPY third_party third_party
 COPY service service
 COPY model model
-# The int8 graphs are derived from the shipped ones (service/derive.py) here: the runtime's bundle is read-only.
+# The int8 graphs are derived from the shipped ones (service/runtime/derive.py) here: the runtime's bundle is read-only.
 RUN pip install --no-cache-dir --no-deps . && attnserve derive model/bundles/en-ja
 
 # ---- GPU base: CUDA 12 + cuDNN 9 runtime libraries and the distribution's Python (3.12 on Ubuntu 24.04) ----
@@ -49,7 +49,7 @@ RUN apt-get update \
 COPY third_party third_party
 COPY service service
 COPY model model
-# The int8 graphs are derived from the shipped ones (service/derive.py) here: the runtime's bundle is read-only.
+# The int8 graphs are derived from the shipped ones (service/runtime/derive.py) here: the runtime's bundle is read-only.
 RUN pip install --no-cache-dir --no-deps . && attnserve derive model/bundles/en-ja
 
 # ---- GPU runtime: docker build --target gpu ----

@@ -12,21 +12,21 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-$(VENV)/.service: pyproject.toml service/*.c service/*.h | $(BIN)/python
+$(VENV)/.service: pyproject.toml service/runtime/*.c service/runtime/*.h | $(BIN)/python
 	$(BIN)/pip install -q -e .
 	touch $@
 
-$(VENV)/.dev: pyproject.toml service/*.c service/*.h | $(BIN)/python
+$(VENV)/.dev: pyproject.toml service/runtime/*.c service/runtime/*.h | $(BIN)/python
 	$(BIN)/pip install -q -e '.[train,dev]'
 	touch $@ $(VENV)/.service
 
-$(SVENV)/.test: pyproject.toml service/*.c service/*.h
+$(SVENV)/.test: pyproject.toml service/runtime/*.c service/runtime/*.h
 	$(PY) -m venv $(SVENV)
 	$(SVENV)/bin/pip install -q --upgrade pip
 	$(SVENV)/bin/pip install -q -e '.[test]'
 	touch $@
 
-# The bundle's int8 graphs, derived from its shipped graphs (service/derive.py); serve would derive them on start.
+# The bundle's int8 graphs, derived from its shipped graphs (service/runtime/derive.py); serve would derive them on start.
 derive: $(VENV)/.service
 	$(BIN)/attnserve derive $(BUNDLE)
 
@@ -37,6 +37,8 @@ lint: $(VENV)/.dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/mypy --strict service
+	$(BIN)/python tools/import_cycles.py service model
 
 test: lint
 	$(BIN)/python -m pytest -q

@@ -25,7 +25,7 @@ from engines import prepare
 from peers import load_texts, parse_args
 from tqdm import tqdm
 
-from service.bundle import load_bundle
+from service.runtime.bundle import load_bundle
 
 BUNDLE = Path("model") / "bundles" / "en-ja"
 ENGINES = [("attnserve", "float32"), ("attnserve", "int8"), ("ctranslate2", "float32"), ("ctranslate2", "int8")]

@@ -18,8 +18,8 @@ import httpx
 from common import CORPUS, ROOT, attnserve_server, pairs, write_section
 from tqdm import tqdm
 
-from service.bundle import load_bundle
 from service.http import arrays
+from service.runtime.bundle import load_bundle
 
 KINDS = ("encoder", "decoder", "cross")
 

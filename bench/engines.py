@@ -51,11 +51,11 @@ class AttnserveEngine:
         provider: str = "cpu",
         io_binding: bool | None = None,
     ) -> None:
-        from service.bundle import load_bundle
-        from service.runner import Runner
+        from service.runtime.bundle import load_bundle
+        from service.runtime.runner import Runner
 
         self.bundle = load_bundle(bundle_dir, verify=False)
-        fast = variant == "float32" and provider == "cpu"  # what /translate runs (service.engine.Engine)
+        fast = variant == "float32" and provider == "cpu"  # what /translate runs (service.serving.engine.Engine)
         self.runner = Runner(self.bundle, provider, threads, variant, io_binding, fast)  # type: ignore[arg-type]
         self.eos = self.bundle.spec.eos_id
 
@@ -176,13 +176,13 @@ def prepare(bundle_dir: Path, work: Path, variants: Sequence[str] = ("int8",)) -
         variants: graph variants the bundle used must have (``int8``, ``float16``), made in the copy if missing.
 
     Raises:
-        service.bundle.BundleError: the bundle is missing or corrupted.
+        service.runtime.bundle.BundleError: the bundle is missing or corrupted.
     """
     import ctranslate2
 
     from model.export import ADD_VARIANT
     from model.importers.marian import export_marian
-    from service.bundle import load_bundle, sha256
+    from service.runtime.bundle import load_bundle, sha256
 
     work.mkdir(parents=True, exist_ok=True)
     stamp = f"{bundle_dir.resolve()} {sha256(bundle_dir / 'manifest.json')}"

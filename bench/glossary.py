@@ -36,9 +36,9 @@ from common import CORPUS, machine, versions, write_section
 from spans import TOLERANCE, placed
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from service.bundle import Tokenizer
 from service.decoding.step_runner import StepRunner
-from service.engine import Engine, Options
+from service.runtime.bundle import Tokenizer
+from service.serving.engine import Engine, Options
 from service.settings import DEFAULT_BUNDLE, Settings
 from service.text.spans import find_spans
 

@@ -99,9 +99,9 @@ def check_gpu_equals_cpu(bundle_dir: Path, sources: list[list[int]], max_length:
     """Greedy float32 on the CPU and on CUDA, attention collected; compares tokens and weights per sentence."""
     from engines import length_batches
 
-    from service.bundle import load_bundle
     from service.decoding import DecodeRequest, decode
-    from service.runner import Runner
+    from service.runtime.bundle import load_bundle
+    from service.runtime.runner import Runner
 
     bundle = load_bundle(bundle_dir, verify=False)
     cpu, gpu = Runner(bundle, "cpu", 1), Runner(bundle, "cuda", 1, io_binding=True)
@@ -378,7 +378,7 @@ def main(argv: Sequence[str] | None = None) -> int:  # long: the run's steps in 
 
     from engines import SERVICE_MAX_LENGTH, prepare
 
-    from service.bundle import load_bundle
+    from service.runtime.bundle import load_bundle
 
     bundle = load_bundle(args.bundle)
     limit = min(SERVICE_MAX_LENGTH, bundle.spec.max_positions)

@@ -78,11 +78,11 @@ def profile(args: argparse.Namespace) -> list[GraphProfile]:
     """Decode the sentences with the runner of ``--variant`` under ONNX Runtime's profiler."""
     import onnxruntime as ort
 
-    import service.runner as runner_module
+    import service.runtime.runner as runner_module
     from service.decoding import decode
-    from service.engine import Engine
+    from service.serving.engine import Engine
+    from service.serving.translation import Options
     from service.settings import Settings
-    from service.translation import Options
 
     out = Path(tempfile.mkdtemp(prefix="graph-profile-"))
     plain = runner_module.session_options

@@ -1,4 +1,4 @@
-"""attnserve without HTTP: the service's engines started as ``attnserve serve`` starts them (service/app.py's
+"""attnserve without HTTP: the service's engines started as ``attnserve serve`` starts them (service/http/app.py's
 ``start``: settings from the environment, schedulers, metrics, warm-up), then closed-loop callers on the same event
 loop, each translating the next text in turn with ``Engine.translate``, one text a call, as /translate does for
 bench/overhead.py's HTTP clients. What HTTP costs a request is the difference between the two.
@@ -20,13 +20,13 @@ from pathlib import Path
 
 import uvloop
 
-from service.app import start
-from service.bundle import load_bundle
-from service.engine import Engine
+from service.http.app import start
 from service.http.state import State
 from service.metrics import Metrics
+from service.runtime.bundle import load_bundle
+from service.serving.engine import Engine
+from service.serving.translation import Options
 from service.settings import Settings
-from service.translation import Options
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -18,7 +18,7 @@ from common import (
 )
 
 if TYPE_CHECKING:
-    from service.bundle import Bundle
+    from service.runtime.bundle import Bundle
 
 SLO_S = 1.0  # the latency objective: p99 at most this
 

@@ -16,7 +16,7 @@ import sys
 import threading
 
 from service.decoding import DecodeRequest, DecodeResult, StepRunner, decode
-from service.scheduler import Scheduler
+from service.serving.scheduler import Scheduler
 
 BATCH = 28  # requests a batch of the decoding loop beside the server: about the rows of a step under bench/overhead.py
 
@@ -64,7 +64,7 @@ class Memo:
 def main(argv: list[str]) -> int:
     memo = Memo(beside_decoding="--beside-decoding" in argv)
     Scheduler.submit_many = lambda self, *args, **kwargs: memo.submit_many(self, *args, **kwargs)  # type: ignore[method-assign]
-    from service.cli import main as attnserve
+    from service.cli.main import main as attnserve
 
     try:
         return attnserve([a for a in argv if a != "--beside-decoding"])

@@ -36,10 +36,10 @@ def longest_text(tokens: int, offset: int, count: TokenCounter) -> str:
 
 
 class TokenCounter:
-    """Source and target token counts from the bundle's own tokenizer (service.bundle, no model)."""
+    """Source and target token counts from the bundle's own tokenizer (service.runtime.bundle, no model)."""
 
     def __init__(self, bundle: Path, target: bool = False) -> None:
-        from service.bundle import load_bundle
+        from service.runtime.bundle import load_bundle
 
         self.tokenizer = load_bundle(bundle).tokenizer
         self.target = target

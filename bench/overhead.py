@@ -57,7 +57,7 @@ from load import mixed_load
 from profile_table import profile_section, record_command, record_profile, thread_cpu
 
 if TYPE_CHECKING:
-    from service.bundle import Bundle
+    from service.runtime.bundle import Bundle
 
 SERVER_CORE, CLIENT_CORE = "0", "1"
 ALL_CORES = os.sched_getaffinity(0)  # before main pins the load generator
@@ -357,7 +357,7 @@ def plan(args: argparse.Namespace, setup: Setup) -> list[tuple[str, Callable[[Ru
         steps.append((MEMO, server({}, setup.bodies, [])))
         steps.append((f"{MEMO}, beside a decoding loop", server({}, setup.bodies, ["--beside-decoding"])))
     if args.mixed_rate:
-        from service.bundle import load_bundle
+        from service.runtime.bundle import load_bundle
 
         bundle = load_bundle(setup.bundle, verify=False)
         for setting, batching in (("true", "continuous"), ("false", "request-level")):
@@ -389,7 +389,7 @@ def runner_profile(work: Path, beam: int, name: str, command: str) -> str:
 
 
 def detokenize(bundle_dir: Path, tokens: list[list[int]]) -> list[str]:
-    from service.bundle import load_bundle
+    from service.runtime.bundle import load_bundle
 
     tokenizer = load_bundle(bundle_dir, verify=False).tokenizer
     return [tokenizer.decode(t) for t in tokens]
@@ -398,7 +398,7 @@ def detokenize(bundle_dir: Path, tokens: list[list[int]]) -> list[str]:
 def plain_texts(bundle_dir: Path, sentences: list[str]) -> list[bool]:
     """Which sentences the service decodes as they are; the others have spans (placeholders, markup) that it masks
     and places by attention (service/text/), so their answers are not the raw model's."""
-    from service.bundle import load_bundle
+    from service.runtime.bundle import load_bundle
     from service.settings import Settings
     from service.text.pipeline import TextPipeline
 
@@ -522,7 +522,7 @@ def translate_bodies(bundle: Bundle, sentences: list[str]) -> list[dict[str, Any
 
 def request_bodies(bundle_dir: Path, texts: Path, n: int) -> list[dict[str, Any]]:
     """/translate bodies of :func:`held_out_sentences`."""
-    from service.bundle import load_bundle
+    from service.runtime.bundle import load_bundle
 
     bundle = load_bundle(bundle_dir, verify=False)
     return translate_bodies(bundle, [s for s, _ in held_out_sentences(bundle, texts, n)])
@@ -530,7 +530,7 @@ def request_bodies(bundle_dir: Path, texts: Path, n: int) -> list[dict[str, Any]
 
 def set_up(args: argparse.Namespace) -> Setup:
     """The converted weights and the sentences under the service's token limit (setup.json for the engines)."""
-    from service.bundle import load_bundle
+    from service.runtime.bundle import load_bundle
 
     work = args.work or Path(tempfile.mkdtemp(prefix="overhead-"))
     prepared = prepare(args.bundle, work)

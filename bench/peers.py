@@ -5,7 +5,8 @@ interleaved (A, B, C, A, B, C, ...) and the median reported, all in batches of 3
 and beam 4, with one ``max_length`` for every engine:
 
 1. CTranslate2 ``Translator.translate_batch``, float32 and int8 (``compute_type`` at load time), on the bundle's
-   weights: ``model.importers.marian.export_marian`` writes a MarianMTModel directory, ``TransformersConverter`` converts it;
+   weights: ``model.importers.marian.export_marian`` writes a MarianMTModel directory, ``TransformersConverter``
+   converts it;
 2. transformers ``MarianMTModel.generate`` on that directory (float32);
 3. attnserve's runner alone: ``service.decoding.decode`` on a ``Runner``, float32 and the bundle's int8 variant
    (made in a copy with ``model.export.add_int8`` when the bundle has none).
@@ -68,7 +69,7 @@ from report import (
 from transformers_service import serve_transformers, transformers_server
 
 if TYPE_CHECKING:
-    from service.bundle import Bundle
+    from service.runtime.bundle import Bundle
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -238,7 +239,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         serve_transformers(args.serve_transformers, args.port, args.threads[0])
         return
 
-    from service.bundle import load_bundle
+    from service.runtime.bundle import load_bundle
 
     if {"http", "mixed"} & set(args.parts):
         import aiohttp  # noqa: F401  (the load generator and the plots: fail now, not after the runs)

@@ -17,7 +17,7 @@ from load import SLO_S, Curves, LoadPoint, best_sustained
 from offline import NAMES, JobResult
 
 if TYPE_CHECKING:
-    from service.bundle import Bundle
+    from service.runtime.bundle import Bundle
 
 
 def shown(path: Path) -> str:

@@ -23,12 +23,12 @@ from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from service.decoding import DecodeRequest, decode
-from service.detect import Detector
-from service.engine import Engine
+from service.serving.engine import Engine
+from service.serving.translation import Options
 from service.settings import DEFAULT_BUNDLE, Settings
+from service.text.detect import Detector
 from service.text.placement import Aggregation, copied, positions, restore
 from service.text.spans import FORMAT_KINDS, Masked, find_spans, mask
-from service.translation import Options
 
 TOLERANCE = 0.2  # placement: the span's relative position within this of the reference's
 

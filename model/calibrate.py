@@ -1,7 +1,7 @@
 """Fit ``return_details``' confidence on the dev split and write it into the bundle's manifest (``calibration``).
 
 The dev texts are translated through the service's own engine with ``return_details`` (greedy, the default
-decoding), so the features are the ones the service computes (service/confidence.py). Then:
+decoding), so the features are the ones the service computes (service/serving/confidence.py). Then:
 
 1. the omission threshold: the coverage below which a content source token counts as unread, chosen where the
    omission flag best separates incomplete translations from the others (Youden's J, true minus false positive
@@ -29,8 +29,8 @@ from sklearn.preprocessing import StandardScaler
 from tqdm import tqdm
 
 from model.data import read_pairs
-from service.confidence import COPY_THRESHOLD, FEATURES, Calibration, Evidence, features, is_content
-from service.engine import Engine, Options, Translation
+from service.serving.confidence import COPY_THRESHOLD, FEATURES, Calibration, Evidence, features, is_content
+from service.serving.engine import Engine, Options, Translation
 from service.settings import Settings
 
 log = logging.getLogger(__name__)

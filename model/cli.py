@@ -1,6 +1,6 @@
 """The model's subcommands of ``attnserve`` (they need the ``train`` extra: torch, onnx, transformers).
 
-``service/cli.py`` hands these over by name, so a service-only install never imports this package.
+``service/cli/main.py`` hands these over by name, so a service-only install never imports this package.
 """
 
 from __future__ import annotations

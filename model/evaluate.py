@@ -21,9 +21,9 @@ from rapidfuzz import fuzz, process
 from tqdm import tqdm
 
 from model.data import read_pairs
-from service.bundle import load_bundle
 from service.decoding import DecodeRequest, decode
-from service.runner import Runner
+from service.runtime.bundle import load_bundle
+from service.runtime.runner import Runner
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,8 @@
 """The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), read top-down like §3 of the paper.
 
 Every attention returns its weights, because attnserve serves them. With ``activation="swish"`` and a final logits
-bias this is exactly Hugging Face's ``MarianMTModel`` (see model/importers/marian.py), so opus-mt checkpoints load into it.
+bias this is exactly Hugging Face's ``MarianMTModel`` (see model/importers/marian.py), so opus-mt checkpoints load into
+it.
 
 Shapes: B batch, S source length, T target length, L layers, h heads, d_k = d_model / h, V vocabulary.
 """

@@ -17,7 +17,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from service.scheduler import StepStats
+from service.serving.scheduler import StepStats
 
 ENDPOINTS = ("translate", "attention", "languages", "other")
 REJECT_REASONS = (

@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parent.parent
 CHECK = """
 import importlib.util
 import onnxruntime as ort
-from service import _attention, _beam
-from service.runner import attention_library
+from service.runtime import _attention, _beam
+from service.runtime.kernels import attention_library
 ort.SessionOptions().register_custom_ops_library(attention_library())
 assert importlib.util.find_spec("torch") is None, "a service install must not pull torch"
 print(_beam.__file__)

@@ -18,7 +18,7 @@ from model.export.forms import EXACT_DECODER, EXACT_ENCODER, FORCED_DECODER, fas
 from model.export.store import WEIGHTS, store_weights_once
 from model.export.weights import graph_weights, load_model, load_state_dict, weight_aliases
 from model.transformer import Transformer, TransformerConfig
-from service.bundle import FORMAT, sha256
+from service.runtime.bundle import FORMAT, sha256
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from model.data import read_pairs
 from model.evaluate import decode_tokens, scores
-from service.bundle import load_bundle
-from service.runner import Runner
+from service.runtime.bundle import load_bundle
+from service.runtime.runner import Runner
 
 
 def compare(before: Path, after: Path, corpus: Path, variants: list[str], limit: int | None) -> dict[str, Any]:

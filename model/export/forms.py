@@ -1,11 +1,12 @@
 """Each graph's form, as the manifest's ``graph_forms`` states it (docs/ARCHITECTURE.md): the service's
-:class:`service.bundle.GraphForm`, written by the exporter from what it builds, never read back from the graphs."""
+:class:`service.runtime.bundle.GraphForm`, written by the exporter from what it builds, never read back from the
+graphs."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from service.bundle import GraphForm
+from service.runtime.bundle import GraphForm
 
 EXACT_ENCODER = GraphForm("encoder", attentions=True)  # EncoderGraph: encoder.onnx and its float16 variant
 FAST_ENCODER = GraphForm("encoder", attentions=False)  # FastEncoderGraph, what encoder.int8.onnx is quantized from

@@ -1,4 +1,4 @@
-"""attnserve's fused attention and greedy-token kernels (service/_attention.c) as ONNX custom ops: the
+"""attnserve's fused attention and greedy-token kernels (service/runtime/_attention.c) as ONNX custom ops: the
 autograd functions that export as one node each, the switch between attnserve's and ONNX Runtime's attention nodes,
 and ONNX Runtime sessions with attnserve's kernels registered."""
 
@@ -12,10 +12,10 @@ from torch import Tensor
 from model.transformer import attention, segment_mask
 
 # torch-free, so that the service derives the int8 graphs with them
-from service.derive import KERNELS as KERNELS
-from service.derive import Kernels as Kernels
-from service.derive import attention_kernels as attention_kernels
-from service.derive import kernel_session as kernel_session
+from service.runtime.kernels import KERNELS as KERNELS
+from service.runtime.kernels import Kernels as Kernels
+from service.runtime.kernels import attention_kernels as attention_kernels
+from service.runtime.kernels import kernel_session as kernel_session
 
 
 class FusedAttention(torch.autograd.Function):
@@ -23,7 +23,7 @@ class FusedAttention(torch.autograd.Function):
     (B, h, T_k, d_k) under a key mask int32 (B, T_k) -> (B, T_q, d_model), heads concatenated.
 
     In PyTorch it is :func:`~model.transformer.attention`; exported, it is one node, ``attnserve.Attention``:
-    attnserve's kernel (service/_attention.c) instead of a dozen nodes per attention, or ONNX Runtime's
+    attnserve's kernel (service/runtime/_attention.c) instead of a dozen nodes per attention, or ONNX Runtime's
     ``com.microsoft.MultiHeadAttention`` (:func:`attention_kernels`).
     """
 
@@ -46,7 +46,8 @@ class SegmentAttention(torch.autograd.Function):
     segment numbers (B, S) (:class:`EncoderGraph`'s attention_mask as int32) -> (B, S, d_model), heads concatenated:
     a token attends to its own text's tokens (:func:`~model.transformer.segment_mask`).
 
-    Exported, it is one node, ``attnserve.SegmentAttention`` (service/_attention.c), with h as its last input."""
+    Exported, it is one node, ``attnserve.SegmentAttention`` (service/runtime/_attention.c), with h as its last
+    input."""
 
     @staticmethod
     def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor, segments: Tensor, h: int) -> Tensor:
@@ -101,7 +102,8 @@ class CachedAttention(torch.autograd.Function):
 
 def screen_weights(W: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """The projection W (V, d_model) as :class:`GreedyTokens` screens with it: quantized to 7-bit integers (int8 from
-    -63 to 63, nearest, scaled by W's largest magnitude / 63: see service/_attention.c), transposed (d_model, V) for
+    -63 to 63, nearest, scaled by W's largest magnitude / 63: see service/runtime/_attention.c), transposed (d_model,
+    V) for
     MatMulInteger; the scale (); the largest L1 norm of W's rows ()."""
     W = W.detach().float()
     scale = W.abs().max() / 63
@@ -115,7 +117,7 @@ class GreedyTokens(torch.autograd.Function):
 
     Exported: h quantized (``DynamicQuantizeLinear``) times W's rows in 7 bits (:func:`screen_weights`,
     ``MatMulInteger``), then ``attnserve.GreedyTokens``, which bounds that product's error, rules out every token
-    whose logit cannot be the largest and computes float32 logits for the few left (service/_attention.c): the
+    whose logit cannot be the largest and computes float32 logits for the few left (service/runtime/_attention.c): the
     float32 argmax for a fraction of the projection's work.
     """
 

@@ -16,7 +16,7 @@ from model.export.check import check_graphs
 from model.export.forms import EXACT_DECODER, EXACT_ENCODER, FAST_ENCODER, fast_decoder_form, with_graph_forms
 from model.export.store import store_weights_once
 from model.export.weights import load_model
-from service.derive import derive_missing
+from service.runtime.derive import derive_missing
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ FLOAT16_TOLERANCE = 0.1
 
 
 INT8_SOURCES = {"encoder": "encoder.fast.onnx", "decoder": "decoder.fast.logits.onnx"}  # shipped; int8 derived
-INT8_HOW = {"encoder": "int8-encoder", "decoder": "int8-decoder"}  # service.derive.DERIVE
+INT8_HOW = {"encoder": "int8-encoder", "decoder": "int8-decoder"}  # service.runtime.derive.DERIVE
 
 
 def add_int8(bundle_dir: Path) -> None:
@@ -37,7 +37,7 @@ def add_int8(bundle_dir: Path) -> None:
 
     The bundle ships the two fast graphs the quantizer reads (INT8_SOURCES: the encoder with attnserve's kernels,
     the decoder with ONNX Runtime's, which quant_pre_process can load), their weights in the shared weights file,
-    and derives the int8 graphs from them without torch (:mod:`service.derive`, on first load); the manifest's
+    and derives the int8 graphs from them without torch (:mod:`service.runtime.derive`, on first load); the manifest's
     ``derived`` says how and its sha256 what they must be. The float32 graphs stay: /attention serves exact
     weights from them, and they carry the weights for ``export-marian``.
     """

@@ -1,4 +1,4 @@
-"""``attnserve derive DIR...``: a bundle's derived graphs (:mod:`service.derive`) written and verified now, as a
+"""``attnserve derive DIR...``: a bundle's derived graphs (:mod:`service.runtime.derive`) written and verified now, as a
 Docker image's build step does, rather than on first load."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from service.derive import derive_missing
+from service.runtime.derive import derive_missing
 
 
 def add_parser(sub: Any) -> None:
@@ -21,7 +21,7 @@ def add_parser(sub: Any) -> None:
 def main(args: Any) -> int:
     """Derive (every missing derived graph, or all with ``--force``) and verify each bundle of ``args.bundles``;
     print the files derived. Returns 0, or 2 with one line on stderr naming the file that is wrong."""
-    from service.bundle import load_bundle
+    from service.runtime.bundle import load_bundle
 
     for path in args.bundles:
         try:

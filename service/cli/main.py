@@ -12,11 +12,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from service import derive_cli, translate_po
+from service.cli import derive as derive_cli
+from service.cli import translate_po
 
 if TYPE_CHECKING:
+    from service.serving.translation import AttentionResult
     from service.settings import Settings
-    from service.translation import AttentionResult
 
 MODEL_COMMANDS = ("train", "average", "evaluate", "export", "import-marian", "export-marian", "calibrate")
 
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "derive":
         return derive_cli.main(args)
-    from service.startup import StartupError, load_settings
+    from service.serving.startup import StartupError, load_settings
 
     overrides = {k: v for k, v in (("host", getattr(args, "host", None)), ("port", getattr(args, "port", None))) if v}
     if getattr(args, "bundle", None):
@@ -79,12 +80,12 @@ def serve(settings: Settings) -> int:
     serve until SIGTERM has drained; 2 if start-up fails after listening (the log says why)."""
     import uvicorn
 
-    from service.app import create_app
-    from service.core_sharing import UNAVAILABLE, batch_scheduling
+    from service.cli.server import Server
+    from service.http.app import create_app
     from service.http.slow_clients import uvicorn_options
-    from service.runner import tune_memory
-    from service.server import Server
-    from service.startup import StartupError, bind, check
+    from service.runtime.runner import tune_memory
+    from service.serving.core_sharing import UNAVAILABLE, batch_scheduling
+    from service.serving.startup import StartupError, bind, check
 
     try:
         bundles = check(settings)
@@ -110,10 +111,10 @@ def serve(settings: Settings) -> int:
 
 
 def local(args: argparse.Namespace, settings: Settings) -> int:
-    from service.bundle import BundleError
-    from service.engine import Engine
     from service.errors import ServiceError
-    from service.translation import Filters, Options
+    from service.runtime.bundle import BundleError
+    from service.serving.engine import Engine
+    from service.serving.translation import Filters, Options
 
     try:
         engine = Engine.load(settings.bundles[0], settings)

@@ -44,8 +44,8 @@ def local_batch(args: argparse.Namespace, settings: Settings) -> TranslateBatch:
         BundleError: the bundle cannot be loaded.
         RemoteError: it does not translate ``--source`` into ``--target``.
     """
-    from service.engine import Engine
-    from service.translation import Options
+    from service.serving.engine import Engine
+    from service.serving.translation import Options
 
     engine = Engine.load(settings.bundles[0], settings)
     if engine.pair != (args.source, args.target):
@@ -94,7 +94,7 @@ def _message(response: Any) -> str:
 
 def main(args: argparse.Namespace, settings: Settings) -> int:
     """Run ``translate-po``; 0 when the catalog was written, 2 with a message when it could not be."""
-    from service.bundle import BundleError
+    from service.runtime.bundle import BundleError
 
     try:
         data = args.catalog.read_bytes()

@@ -9,8 +9,8 @@ import numpy as np
 from service.decoding.caches import Caches
 from service.decoding.rows import Rows
 from service.decoding.step_runner import StepRunner
-from service.runner import StepOutput
-from service.tensors import Cache
+from service.runtime.runner import StepOutput
+from service.runtime.tensors import Cache
 
 
 class AppendedCaches(Caches):

@@ -8,14 +8,14 @@ from collections.abc import Hashable, Iterator
 
 import numpy as np
 
-from service.bundle import ModelSpec
 from service.decoding.caches import CacheLayout
 from service.decoding.encoding import Encoded
 from service.decoding.request import DecodeResult
 from service.decoding.rows import Job, Plan, Rows
 from service.decoding.search import Scores, beam_choose, force, greedy
 from service.decoding.step_runner import StepRunner
-from service.runner import StepOutput
+from service.runtime.bundle import ModelSpec
+from service.runtime.runner import StepOutput
 
 
 class Batch:

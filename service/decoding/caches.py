@@ -20,12 +20,12 @@ from typing import Protocol, Self
 
 import numpy as np
 
-from service.bundle import ModelSpec
 from service.decoding.encoding import Encoded
 from service.decoding.rows import Rows
 from service.decoding.step_runner import StepRunner
-from service.runner import StepOutput
-from service.tensors import Cache, Tensors
+from service.runtime.bundle import ModelSpec
+from service.runtime.runner import StepOutput
+from service.runtime.tensors import Cache, Tensors
 
 
 class CacheLayout(Protocol):

@@ -10,7 +10,6 @@ from collections.abc import Hashable
 
 import numpy as np
 
-from service.bundle import ModelSpec
 from service.decoding.appended import AppendedCaches
 from service.decoding.batch import Batch
 from service.decoding.caches import CacheLayout
@@ -18,7 +17,8 @@ from service.decoding.encoding import Encoded, HostEncoded, encode
 from service.decoding.in_place import DeviceInPlaceCaches, HostInPlaceCaches
 from service.decoding.request import DecodeRequest, DecodeResult
 from service.decoding.step_runner import StepRunner
-from service.tensors import HostTensors
+from service.runtime.bundle import ModelSpec
+from service.runtime.tensors import HostTensors
 
 
 def layout_of(runner: StepRunner) -> tuple[CacheLayout, type[Encoded]]:

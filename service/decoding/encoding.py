@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from service import _beam
 from service.decoding.request import DecodeRequest
 from service.decoding.step_runner import StepRunner
-from service.tensors import Cache, Tensors
+from service.runtime import _beam
+from service.runtime.tensors import Cache, Tensors
 
 # Encoder row lengths that texts may be packed into (a longer text gets a row of its own length): a few short texts
 # fill one wide row with little padding, many fill narrow rows evenly; wider rows would add the attention's quadratic

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from service import _beam
-from service.bundle import ModelSpec
 from service.decoding.caches import Caches
 from service.decoding.rows import Rows
 from service.decoding.step_runner import StepRunner
-from service.runner import StepOutput
-from service.tensors import Cache, Tensors
+from service.runtime import _beam
+from service.runtime.bundle import ModelSpec
+from service.runtime.runner import StepOutput
+from service.runtime.tensors import Cache, Tensors
 
 
 class DeviceInPlaceCaches(Caches):

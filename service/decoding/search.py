@@ -8,14 +8,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from service import _beam
 from service.decoding.rows import Job, Plan, Rows
+from service.runtime import _beam
 
 
 class Scores:
     """One step's log-probabilities, log p(v | row) = logits[row, v] - log_norm[row], without writing the (N, V)
     array of them out: choosing tokens reads the logits, and only the chosen tokens' log-probabilities are formed.
-    The log-normalizers and the block maxima that :func:`beam_top` ranks by come from C (service/_beam.c)."""
+    The log-normalizers and the block maxima that :func:`beam_top` ranks by come from C (service/runtime/_beam.c)."""
 
     def __init__(self, logits: np.ndarray, scored: np.ndarray) -> None:
         """``scored`` (N,) bool: the rows whose log-normalizer and block maxima are needed (beam rows always;
@@ -44,7 +44,7 @@ def beam_top(scores: Scores, rows: np.ndarray, hyp_scores: np.ndarray, n: int) -
         (request, row, token, value) arrays, request by request, best first (ties by row then token), at most n
         a request and only finite values; value = hypothesis score + log p(token | row).
 
-    Exact in two passes (service/_beam.c): the n-th best block value (hypothesis score + a block's largest
+    Exact in two passes (service/runtime/_beam.c): the n-th best block value (hypothesis score + a block's largest
     log-probability) is a cut that at least n continuations reach, and every continuation above it lies in a block
     above it; only those blocks' tokens are ranked.
     """

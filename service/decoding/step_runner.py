@@ -1,4 +1,5 @@
-"""What the decoder needs from a step runner (service/runner.py's :class:`~service.runner.Runner`, or a test's
+"""What the decoder needs from a step runner (service/runtime/runner.py's :class:`~service.runtime.runner.Runner`, or a
+test's
 fake): the model's spec, the caches' kind of array, the decoder graph's form, an encoder call and a decoder step."""
 
 from __future__ import annotations
@@ -7,13 +8,13 @@ from typing import Protocol
 
 import numpy as np
 
-from service.bundle import GraphForm, ModelSpec
-from service.runner import EncoderOutput, StepOutput
-from service.tensors import Cache, Tensors
+from service.runtime.bundle import GraphForm, ModelSpec
+from service.runtime.runner import EncoderOutput, StepOutput
+from service.runtime.tensors import Cache, Tensors
 
 
 class StepRunner(Protocol):
-    """An encoder and a decoder step on the key/value cache (see :meth:`service.runner.Runner.step`)."""
+    """An encoder and a decoder step on the key/value cache (see :meth:`service.runtime.runner.Runner.step`)."""
 
     @property
     def spec(self) -> ModelSpec: ...

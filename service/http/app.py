@@ -13,10 +13,6 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.telemetry import TelemetryConfig
 
-from service import startup
-from service.bundle import Bundle
-from service.core_sharing import WhileSaturated
-from service.engine import Engine, Runners
 from service.http import errors
 from service.http.access_log import hide_keys
 from service.http.drain import Drain, Shutdown
@@ -26,6 +22,10 @@ from service.http.routes import ROUTERS
 from service.http.slow_clients import BodyDeadline
 from service.http.state import State
 from service.metrics import Metrics
+from service.runtime.bundle import Bundle
+from service.serving import startup
+from service.serving.core_sharing import WhileSaturated
+from service.serving.engine import Engine, Runners
 from service.settings import Settings
 
 log = logging.getLogger("attnserve")
@@ -109,12 +109,12 @@ def create_app(
     bundles: list[Bundle] | None = None,
     on_fatal: Callable[[str], None] | None = None,
 ) -> FastAPI:
-    """The attnserve app (``uvicorn --factory service.app:create_app``); ``settings`` default to the environment's.
+    """The attnserve app (``uvicorn --factory service.http.app:create_app``); ``settings`` default to the environment's.
 
-    The lifespan checks the bundles (service/startup.py; ``bundles`` already checked skip that), then lets the
+    The lifespan checks the bundles (service/serving/startup.py; ``bundles`` already checked skip that), then lets the
     server listen while :func:`start` builds the runners and warms up in the background; /translate and /attention
     answer 503 until then. ``on_fatal`` hears of a start-up failure after listening. ``app.state.shutdown`` is the
-    drain that service/server.py begins on SIGTERM.
+    drain that service/cli/server.py begins on SIGTERM.
     """
     s = settings or Settings()
     holder: dict[str, State] = {}

@@ -8,13 +8,13 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from service.detect import Detection, Detector
 from service.errors import UnknownPair
-from service.translation import Gone, Options, Translation
+from service.serving.translation import Gone, Options, Translation
+from service.text.detect import Detection, Detector
 
 
 class PairEngine(Protocol):
-    """What auto-detection needs of an engine (service.engine.Engine, or a fake in the tests)."""
+    """What auto-detection needs of an engine (service.serving.engine.Engine, or a fake in the tests)."""
 
     async def translate(
         self, texts: Sequence[str], options: Options, gone: Gone | None = None, arrival: float | None = None

@@ -1,4 +1,4 @@
-"""Graceful shutdown's HTTP side: once draining begins (SIGTERM, service/server.py), requests already accepted are
+"""Graceful shutdown's HTTP side: once draining begins (SIGTERM, service/cli/server.py), requests already accepted are
 answered in full, new ones get 503 with ``Retry-After`` (``/readyz`` among them, so probes see it at once), and
 those still unanswered at the drain's deadline get 503 too: an accepted request is never dropped.
 """

@@ -30,7 +30,7 @@ from service.errors import (
     UnreadableFile,
 )
 from service.metrics import Metrics
-from service.scheduler import DeadlineExceeded, QueueFull
+from service.serving.scheduler import DeadlineExceeded, QueueFull
 
 log = logging.getLogger("attnserve")
 

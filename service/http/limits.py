@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 from service.errors import OptionOverLimit, TooLarge
 from service.http.errors import InvalidField
+from service.serving.translation import Options
 from service.settings import Settings
-from service.translation import Options
 
 
 def check_texts(settings: Settings, texts: Sequence[str]) -> None:

@@ -110,7 +110,7 @@ def header_deadline(
 
 def uvicorn_options(settings: Settings, app: FastAPI) -> dict[str, Any]:
     """The keyword arguments of ``uvicorn.run`` / ``uvicorn.Config`` that carry the connection deadlines, for
-    ``app`` (:func:`service.app.create_app`'s, whose metrics count the refused heads)."""
+    ``app`` (:func:`service.http.app.create_app`'s, whose metrics count the refused heads)."""
 
     def metrics() -> Metrics | None:
         state = getattr(app.state, "attnserve", None)  # the lifespan sets it, before the server listens

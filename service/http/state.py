@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from fastapi import Request
 
-from service.detect import Detector
-from service.engine import Engine
 from service.errors import AmbiguousSource, NotReady, UnknownPair
-from service.files import FileStore
+from service.http.files import FileStore
 from service.http.ratelimit import Admission
 from service.metrics import Metrics
+from service.serving.engine import Engine
 from service.settings import Settings
+from service.text.detect import Detector
 
 
 class State:

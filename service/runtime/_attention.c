@@ -506,7 +506,7 @@ ORT_EXPORT OrtStatus *ORT_API_CALL RegisterCustomOps(OrtSessionOptions *options,
     return ort->AddCustomOpDomain(options, domain);
 }
 
-/* Importable, so that service.runner finds the file: ``service._attention.__file__``. */
+/* Importable, so that service.runtime.runner finds the file: ``service.runtime._attention.__file__``. */
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, .m_name = "_attention", .m_doc = "attnserve's attention kernels for ONNX Runtime"};
 

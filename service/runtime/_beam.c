@@ -1,4 +1,4 @@
-/* service._beam: the per-step arithmetic of beam search over a batch's logits, in C (service/decoding/ calls it).
+/* service.runtime._beam: the per-step arithmetic of beam search over a batch's logits, in C (service/decoding/ calls it).
 
    scores(logits, rows, log_norm, block_max)
        For each row r in rows: log_norm[r] = log sum_v exp(logits[r, v]) and block_max[r, b] = the largest logit of

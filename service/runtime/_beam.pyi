@@ -1,4 +1,4 @@
-"""Beam search's per-step arithmetic, in C (service/_beam.c)."""
+"""Beam search's per-step arithmetic, in C (service/runtime/_beam.c)."""
 
 import numpy as np
 

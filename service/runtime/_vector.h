@@ -1,5 +1,5 @@
-/* What attnserve's C extensions share (service/_beam.c, service/_attention.c): functions built three times with GCC
-   on x86-64 Linux, for AVX-512, AVX2 and baseline x86-64, one picked at load time (CLONES; see service/_beam.c), and
+/* What attnserve's C extensions share (service/runtime/_beam.c, service/runtime/_attention.c): functions built three times with GCC
+   on x86-64 Linux, for AVX-512, AVX2 and baseline x86-64, one picked at load time (CLONES; see service/runtime/_beam.c), and
    float vectors of LANES (8) lanes through GCC/Clang vector extensions, with the exponential that both use (vexp). */
 #ifndef ATTNSERVE_VECTOR_H
 #define ATTNSERVE_VECTOR_H

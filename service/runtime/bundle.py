@@ -226,7 +226,8 @@ def load_bundle(path: Path, verify: bool = True) -> Bundle:
         path: the bundle directory.
         verify: compare every file's sha256 with the manifest.
 
-    The manifest's derived graphs (the int8 variant) that are missing are derived first (:mod:`service.derive`), in
+    The manifest's derived graphs (the int8 variant) that are missing are derived first
+    (:mod:`service.runtime.derive`), in
     the bundle directory, which then must be writable.
 
     Raises:
@@ -292,12 +293,12 @@ def check_file(path: Path, name: str, hashes: dict[str, str] | None, derived: bo
 
 
 def derived_names(path: Path, manifest: dict[str, Any]) -> set[str]:
-    """The files of the manifest's ``derived`` (:mod:`service.derive`).
+    """The files of the manifest's ``derived`` (:mod:`service.runtime.derive`).
 
     Raises:
         BundleError: ``derived`` is malformed.
     """
-    from service.derive import DeriveError, derived_entries
+    from service.runtime.derive import DeriveError, derived_entries
 
     try:
         return set(derived_entries(str(path / "manifest.json"), manifest))
@@ -306,14 +307,14 @@ def derived_names(path: Path, manifest: dict[str, Any]) -> set[str]:
 
 
 def derive_bundle(path: Path, manifest: dict[str, Any], names: set[str]) -> None:
-    """Derive those of the derived graphs ``names`` that are missing (:func:`service.derive.derive_missing`).
+    """Derive those of the derived graphs ``names`` that are missing (:func:`service.runtime.derive.derive_missing`).
 
     Raises:
         BundleError: a missing graph cannot be derived (a read-only directory).
     """
     if all((path / name).is_file() for name in names):
         return
-    from service.derive import DeriveError, derive_missing
+    from service.runtime.derive import DeriveError, derive_missing
 
     try:
         derive_missing(path, manifest)

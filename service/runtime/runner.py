@@ -1,8 +1,10 @@
 """ONNX Runtime sessions of one bundle: token ids in, logits, caches and attention weights out. No HTTP here.
 
-The key/value caches are the runner's own kind of array (:data:`~service.tensors.Cache`): numpy arrays on the CPU,
+The key/value caches are the runner's own kind of array (:data:`~service.runtime.tensors.Cache`): numpy arrays on the
+CPU,
 or, with IOBinding (the default on CUDA), ONNX Runtime values that stay on the device from one decoding step to the
-next (service/tensors.py). The graphs' forms (caches appended or written in place, attention outputs, greedy tokens)
+next (service/runtime/tensors.py). The graphs' forms (caches appended or written in place, attention outputs, greedy
+tokens)
 come from the bundle's manifest.
 """
 
@@ -19,8 +21,9 @@ from typing import Any, Literal
 import numpy as np
 import onnxruntime as ort
 
-from service.bundle import Bundle, GraphForm
-from service.tensors import Cache, DeviceTensors, HostTensors, Tensors
+from service.runtime.bundle import Bundle, GraphForm
+from service.runtime.kernels import attention_library
+from service.runtime.tensors import Cache, DeviceTensors, HostTensors, Tensors
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +74,8 @@ def trim_memory() -> bool:
     """Hand the heap's free memory back to the system (glibc's ``malloc_trim``, every arena); whether it did.
 
     :func:`tune_memory` keeps freed memory mapped so that decoding steps reuse it; after a burst that keeps the
-    burst's peak resident for good. The engine's memory budget (service/budget.py) calls this once nothing has been
+    burst's peak resident for good. The engine's memory budget (service/serving/budget.py) calls this once nothing has
+    been
     in flight a while, and now and then under steady load, so that the steps' faulting pages in again stays rare.
     """
     try:
@@ -79,14 +83,6 @@ def trim_memory() -> bool:
     except (OSError, AttributeError):  # not glibc
         return False
     return bool(malloc_trim(0))
-
-
-def attention_library() -> str:
-    """The file of attnserve's attention kernels, ONNX Runtime custom ops (service/_attention.c) that the fast
-    graphs use: ``SessionOptions.register_custom_ops_library`` takes it."""
-    from service import _attention
-
-    return str(_attention.__file__)
 
 
 def session_options(threads: int) -> ort.SessionOptions:
@@ -205,7 +201,7 @@ class Runner:
         self.encoder_form = bundle.form("encoder", variant)
         self.form: GraphForm = bundle.form("fast_decoder" if fast else "decoder", variant)
         # The int8 variant's fast encoder and decoder give no attention weights: its requests that want them go to
-        # the exact graphs (service/engine.py).
+        # the exact graphs (service/serving/engine.py).
         self.attention = self.encoder_form.attentions and self.form.attentions
         # The fast decoder keeps each row's tokens at the start of its cache buffers and writes a step's slots into
         # them in place (docs/ARCHITECTURE.md, "caches written in place").

@@ -17,10 +17,10 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Protocol
 
-from service.bundle import ModelSpec
 from service.decoding import DecodeRequest
 from service.errors import TooLarge
-from service.scheduler import QueueFull
+from service.runtime.bundle import ModelSpec
+from service.serving.scheduler import QueueFull
 
 MiB = 1 << 20
 IDLE_S = 1.0  # seconds with nothing held before ``trim``
@@ -94,7 +94,7 @@ class Budget:
         setting: the setting it comes from, named when a request can never fit.
         trim: called on a worker thread once nothing has been held for :data:`IDLE_S`, and under load when a
             hold ends at least ``trim_every_s`` after the last call (the engine hands the heap's free memory back
-            to the system: service.runner.trim_memory). Without the calls under load, the heap keeps the highest
+            to the system: service.runtime.runner.trim_memory). Without the calls under load, the heap keeps the highest
             mark that chance coincidences of large requests ever reached, and resident memory creeps up.
         trim_every_s: the least time between two calls under load; 0: only when idle.
     """

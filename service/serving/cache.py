@@ -2,7 +2,8 @@
 without decoding it again (UI catalogs repeat their strings; LibreTranslate has one too).
 
 One cache per engine (so per language pair), least recently used entries dropped first once the entries' estimated
-size passes the bound. A hit returns the very :class:`~service.engine.Translation` the first decoding gave, so an
+size passes the bound. A hit returns the very :class:`~service.serving.engine.Translation` the first decoding gave, so
+an
 answer never depends on whether it was cached.
 """
 

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from service.bundle import BundleError
+from service.runtime.bundle import BundleError
 
 FEATURES = ("mean_logprob", "min_logprob", "uncovered", "mean_coverage", "copy_share", "length_ratio")
 OMISSION_THRESHOLD = 0.1  # without a calibration: a content token no step gave a tenth of its attention

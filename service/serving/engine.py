@@ -19,20 +19,17 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from service.admission import check_servable
-from service.budget import Budget, MiB, answer_bytes, request_bytes
-from service.bundle import Bundle, load_bundle
-from service.cache import LruCache, through_cache
-from service.confidence import Calibration, Evidence, coverage, is_content
-from service.core_sharing import WhileSaturated
 from service.decoding import BatchDecoder, DecodeRequest, DecodeResult, Hypothesis, StepRunner, decode
 from service.errors import ClientGone, NoSuchIndex, TooLarge
-from service.runner import CPU, Runner, trim_memory
-from service.scheduler import DeadlineExceeded, Scheduler, StepStats
-from service.settings import Settings
-from service.text.glossary import read_glossary
-from service.text.pipeline import Prepared, TextPipeline
-from service.translation import (
+from service.runtime.bundle import Bundle, load_bundle
+from service.runtime.runner import CPU, Runner, trim_memory
+from service.serving.admission import check_servable
+from service.serving.budget import Budget, MiB, answer_bytes, request_bytes
+from service.serving.cache import LruCache, through_cache
+from service.serving.confidence import Calibration, Evidence, coverage, is_content
+from service.serving.core_sharing import WhileSaturated
+from service.serving.scheduler import DeadlineExceeded, Scheduler, StepStats
+from service.serving.translation import (
     AttentionResult,
     Details,
     Filters,
@@ -45,6 +42,9 @@ from service.translation import (
     join_details,
     translation_strings,
 )
+from service.settings import Settings
+from service.text.glossary import read_glossary
+from service.text.pipeline import Prepared, TextPipeline
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,8 @@ Step = list[DecodeRequest] | Callable[[], object]
 
 
 class ServingRunner(StepRunner, Protocol):
-    """A step runner as the engine serves it (service/runner.py's :class:`~service.runner.Runner`, or a fake)."""
+    """A step runner as the engine serves it (service/runtime/runner.py's :class:`~service.runtime.runner.Runner`, or a
+    fake)."""
 
     @property
     def attention(self) -> bool: ...  # its graphs give attention weights (else such requests go to ``exact``)
@@ -63,7 +64,8 @@ class ServingRunner(StepRunner, Protocol):
 
 
 class ForcingRunner(Protocol):
-    """A runner that gives finished hypotheses' cross-attention in one call (service/runner.py's forced decoder)."""
+    """A runner that gives finished hypotheses' cross-attention in one call (service/runtime/runner.py's forced
+    decoder)."""
 
     def cross_attention(self, sources: list[list[int]], targets: list[list[int]]) -> list[np.ndarray]: ...
 
@@ -94,7 +96,9 @@ class Runners:
             return cls(exact, Runner(bundle, provider, threads, variant), forced)
         if exact.provider == CPU:
             return cls(exact, Runner(bundle, provider, threads, fast=True, encoder=exact.encoder), forced)
-        return cls(exact, exact, forced)  # the fast decoder's attention kernels (service/_attention.c) are the CPU's
+        return cls(
+            exact, exact, forced
+        )  # the fast decoder's attention kernels (service/runtime/_attention.c) are the CPU's
 
 
 def _ignore(*_: int) -> None:
@@ -116,14 +120,14 @@ class Engine:
         self.tokenizer = bundle.tokenizer
         self.runners = runners
         self.schedulers: dict[str, list[Scheduler]] = {}  # "exact", "fast": one per decoding thread
-        # What requests in flight hold (service/budget.py); the heap's free memory goes back to the system when
+        # What requests in flight hold (service/serving/budget.py); the heap's free memory goes back to the system when
         # none is left, and every memory_trim_interval_s under load.
         self.budget = Budget(
             settings.memory_budget_mb * MiB, trim=trim_memory, trim_every_s=settings.memory_trim_interval_s
         )
         self._on_input: Callable[[int], object] = _ignore
         self._on_cache: Callable[[int, int], object] = _ignore
-        # Translations of texts already translated with the same options (service/cache.py); None: off.
+        # Translations of texts already translated with the same options (service/serving/cache.py); None: off.
         self.cache = LruCache[Translation](settings.cache_mb * MiB) if settings.cache_mb else None
         calibration = bundle.manifest.get("calibration")  # absent: no confidence, default flag thresholds
         self.calibration = Calibration.from_manifest(calibration, bundle.spec.n_decoder_layers, bundle.name)
@@ -213,7 +217,8 @@ class Engine:
 
         Raises:
             TooLarge: a text is over ``max_chars`` or ``max_tokens``; the texts are more than the queue holds, may
-                generate more than the deadline allows (service/admission.py) or need more than the memory budget.
+                generate more than the deadline allows (service/serving/admission.py) or need more than the memory
+                budget.
             QueueFull: the scheduler has no room for them all (BudgetFull: the memory budget stayed in use).
             DeadlineExceeded: ``request_timeout_s`` passed first.
             ClientGone: ``gone()`` said the caller went away; the texts' rows were freed.
@@ -250,7 +255,8 @@ class Engine:
             try:
                 step = steps.send(sent)
             except StopIteration as done:
-                return done.value
+                translations: list[Translation] = done.value  # the generator's return value, typed by _steps
+                return translations
 
     async def _queued(
         self, requests: list[DecodeRequest], gone: Gone | None, arrival: float | None
@@ -278,7 +284,8 @@ class Engine:
             try:
                 step = steps.send(sent)
             except StopIteration as done:
-                return done.value
+                translations: list[Translation] = done.value  # the generator's return value, typed by _steps
+                return translations
 
     def _steps(self, texts: Sequence[str], options: Options) -> Generator[Step, list[DecodeResult], list[Translation]]:
         """A translation's work, for :meth:`_translate` and :meth:`translate_now` to carry out: it yields requests
@@ -302,7 +309,7 @@ class Engine:
         return self._assessed(texts, out) if options.details else out
 
     def _assessed(self, texts: Sequence[str], translations: list[Translation]) -> list[Translation]:
-        """Details with each text's confidence and flags (service/confidence.py)."""
+        """Details with each text's confidence and flags (service/serving/confidence.py)."""
         out = []
         for text, t in zip(texts, translations, strict=True):
             if (d := t.details) is not None:

@@ -26,9 +26,9 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Protocol, cast
 
-from service.core_sharing import WhileSaturated
 from service.decoding import DecodeRequest, DecodeResult
 from service.errors import TooLarge
+from service.serving.core_sharing import WhileSaturated
 
 log = logging.getLogger(__name__)
 

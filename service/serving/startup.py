@@ -2,7 +2,7 @@
 their consistency) and the listening address. A failure is one :class:`StartupError` whose message names the
 setting or file and says what to do; the command line prints it as one line and exits with code 2.
 
-ONNX Runtime sessions are built after the server listens (service/app.py), so that /healthz answers while they
+ONNX Runtime sessions are built after the server listens (service/http/app.py), so that /healthz answers while they
 load; everything that can be checked without them is checked here, first.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from service.bundle import Bundle, BundleError, load_bundle
+from service.runtime.bundle import Bundle, BundleError, load_bundle
 from service.settings import Settings
 
 ENV_PREFIX = "ATTNSERVE_"
@@ -65,7 +65,7 @@ def check(settings: Settings) -> list[Bundle]:
         StartupError: no bundle, an unknown provider, a missing, damaged or inconsistent bundle, the settings'
             graph variant missing from a bundle, or two bundles of one language pair.
     """
-    from service.runner import ProviderError, choose_provider
+    from service.runtime.runner import ProviderError, choose_provider
 
     if not settings.bundles:
         raise StartupError(f"{ENV_PREFIX}BUNDLES is empty: name at least one bundle directory")

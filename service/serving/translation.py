@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from service.bundle import unencodable
 from service.errors import InvalidText
+from service.runtime.bundle import unencodable
 
 KINDS = ("encoder", "decoder", "cross")
 Gone = Callable[[], Awaitable[bool]]  # whether the caller went away (Starlette's Request.is_disconnected)
@@ -57,7 +57,7 @@ class Filters:
 class Details:
     """One translation's tokens, log-probabilities (six decimals) and word alignment: each target token's most
     attended source token, last layer, heads averaged; each source token's coverage (the most attention any step
-    gave it, service/confidence.py), the calibrated confidence and the flags."""
+    gave it, service/serving/confidence.py), the calibrated confidence and the flags."""
 
     source_tokens: list[str]
     tokens: list[str]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from service.bundle import BundleError
+from service.runtime.bundle import BundleError
 
 
 def read_glossary(directory: Path | None, source: str, target: str) -> dict[str, str]:

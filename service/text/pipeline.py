@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from service.bundle import Tokenizer
 from service.decoding import Hypothesis
+from service.runtime.bundle import Tokenizer
 from service.text.lines import Layout, layout
 from service.text.placement import DEFAULT, Aggregation, copied, in_order, positions, restore
 from service.text.sentences import sentences

@@ -22,7 +22,7 @@ from glossary import (
     terms_of,
 )
 
-from service.engine import Engine
+from service.serving.engine import Engine
 from service.settings import Settings
 
 

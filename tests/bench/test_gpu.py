@@ -19,7 +19,7 @@ except ImportError:
 
 import gpu
 
-from service import runner
+from service.runtime import runner
 
 
 def test_without_cuda_it_says_so(tiny_bundle: Path) -> None:

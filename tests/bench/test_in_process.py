@@ -8,9 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from service.engine import Engine
+from service.serving.engine import Engine
+from service.serving.translation import Options
 from service.settings import Settings
-from service.translation import Options
 from tests.service.process import REPO
 
 TEXTS = ["Open file", "Could not open %s: permission denied", "Settings", "The file {0} already exists."]

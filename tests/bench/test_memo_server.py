@@ -9,7 +9,7 @@ import time
 from memo_server import BATCH, Memo
 
 from service.decoding import BatchDecoder, DecodeRequest
-from service.scheduler import Scheduler
+from service.serving.scheduler import Scheduler
 from tests.service.fake_runner import CountingRunner, expected
 
 

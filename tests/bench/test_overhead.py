@@ -10,7 +10,7 @@ from pathlib import Path
 
 from overhead import MIXED, Run, identity, mixed_run, mixed_table
 
-from service.bundle import load_bundle
+from service.runtime.bundle import load_bundle
 
 TEXTS = ["Open file", "Settings", "Could not open the file because it is locked by another program.", "Save"] * 5
 

@@ -25,7 +25,7 @@ import load
 import offline
 import report
 
-from service.bundle import load_bundle
+from service.runtime.bundle import load_bundle
 from tests.bundles import SENTENCES
 
 MAX_LENGTH = 20

@@ -24,7 +24,7 @@ def test_perf_rows_are_shares_by_thread_and_library() -> None:
     shares = profile_table.perf_shares(REPORT, names)
     expected = {
         ("attnserve-decode", "ONNX Runtime"): 0.5688,
-        ("attnserve-decode", "attention kernels (service/_attention.c)"): 0.0952,
+        ("attnserve-decode", "attention kernels (service/runtime/_attention.c)"): 0.0952,
         ("attnserve-decode", "Python interpreter"): 0.0620,
         ("MainThread", "Python interpreter"): 0.1281,
         ("MainThread", "Linux kernel (system calls, scheduling)"): 0.0192,

@@ -64,8 +64,8 @@ def test_runtime_stages() -> None:
         assert "--from=" + name + "-builder" in stage, f"{name}: must copy its own builder's environment"
         assert "/opt/attnserve/bundles/en-ja" in stage and "ATTNSERVE_BUNDLES" in stage, f"{name}: no bundle"
     assert "--gpu" in " ".join(all_stages["gpu-builder"]), "the GPU builder must install the --gpu requirements"
-    for name in ("cpu-builder", "gpu-builder"):  # service/_beam.c is compiled there, never in a runtime image
-        assert "gcc" in " ".join(all_stages[name]), f"{name}: no C compiler for service/_beam.c"
+    for name in ("cpu-builder", "gpu-builder"):  # service/runtime/_beam.c is compiled there, never in a runtime image
+        assert "gcc" in " ".join(all_stages[name]), f"{name}: no C compiler for service/runtime/_beam.c"
     assert not any("gcc" in " ".join(all_stages[name]) for name in ("cpu", "gpu", "gpu-base")), "a compiler at runtime"
 
 

@@ -12,8 +12,8 @@ import pytest
 
 from model.calibrate import Scored, calibrate, fit, omission_threshold
 from model.cli import main
-from service.confidence import Calibration
-from service.engine import Details, Engine, Options, Translation
+from service.serving.confidence import Calibration
+from service.serving.engine import Details, Engine, Options, Translation
 from service.settings import Settings
 
 

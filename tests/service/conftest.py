@@ -14,7 +14,7 @@ import httpx
 import pytest
 import uvicorn
 
-from service.app import create_app
+from service.http.app import create_app
 from service.settings import Settings
 
 
@@ -73,7 +73,8 @@ def make_server(tiny_bundle: Path) -> Iterator[ServerFactory]:
 
 @pytest.fixture(scope="module")
 def loading_server(tiny_bundle: Path) -> Iterator[Server]:
-    """A server that listens while its models are still loading, for good: the lifespan's ``start`` (service/app.py)
+    """A server that listens while its models are still loading, for good: the lifespan's ``start``
+    (service/http/app.py)
     never ends, so no engine is there yet and /readyz stays 503. Patched only while the lifespan calls it."""
 
     async def loading(*args: object) -> None:
@@ -81,7 +82,7 @@ def loading_server(tiny_bundle: Path) -> Iterator[Server]:
 
     server = Server(Settings(bundles=[tiny_bundle]))
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("service.app.start", loading)
+        patch.setattr("service.http.app.start", loading)
         server.start("/healthz")
     yield server
     server.__exit__()

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from service.bundle import GraphForm, ModelSpec
 from service.decoding import StepRunner
-from service.runner import EncoderOutput, StepOutput
-from service.tensors import Cache, HostTensors
+from service.runtime.bundle import GraphForm, ModelSpec
+from service.runtime.runner import EncoderOutput, StepOutput
+from service.runtime.tensors import Cache, HostTensors
 
 APPENDED = GraphForm("decoder", attentions=True, cache="appended")  # as decoder.onnx
 IN_PLACE = GraphForm("decoder", attentions=False, cache="in_place", grouped_cross=True)  # as decoder.int8.onnx

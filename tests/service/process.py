@@ -46,7 +46,7 @@ class ServeProcess:
         settings = {"ATTNSERVE_PORT": str(self.port), **{f"ATTNSERVE_{k.upper()}": str(v) for k, v in env.items()}}
         slows = {"SLOW_STEP_S": str(slow_step_s), **({"WARM_UP_GATE": str(warm_up_gate)} if warm_up_gate else {})}
         slow = slow_step_s > 0 or warm_up_gate is not None
-        command = ["-m", "tests.service.process"] if slow else ["-c", "from service.cli import main; exit(main())"]
+        command = ["-m", "tests.service.process"] if slow else ["-c", "from service.cli.main import main; exit(main())"]
         self.log = log_path.open("wb")
         self.process = subprocess.Popen(
             [sys.executable, *command, "serve", *args],
@@ -108,8 +108,8 @@ class ServeProcess:
 
 def slow_down() -> None:
     """Patch decoding steps and warm-up as ``SLOW_STEP_S`` and ``WARM_UP_GATE`` say (test-only, in this process)."""
-    from service.engine import Engine
-    from service.runner import Runner
+    from service.runtime.runner import Runner
+    from service.serving.engine import Engine
 
     delay = float(os.environ.get("SLOW_STEP_S", "0"))
     gate = os.environ.get("WARM_UP_GATE")
@@ -134,6 +134,6 @@ def slow_down() -> None:
 
 if __name__ == "__main__":
     slow_down()
-    from service.cli import main
+    from service.cli.main import main
 
     sys.exit(main())

@@ -18,7 +18,7 @@ from service.http.limits import check_options
 from service.http.openapi import ERRORS, request_body
 from service.http.schemas import AttentionRequest, AttentionResponse
 from service.http.state import state_of
-from service.translation import AttentionResult, Filters, Options
+from service.serving.translation import AttentionResult, Filters, Options
 
 router = APIRouter()
 GZIP_LEVEL = 1  # the body is mostly digits or near-zero bytes: level 1 gets most of the gain for a fraction of the time

@@ -7,7 +7,6 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from service.detect import Detection
 from service.errors import TooLarge
 from service.http.body import parse_body
 from service.http.errors import InvalidField
@@ -15,6 +14,7 @@ from service.http.limits import check_texts
 from service.http.openapi import ERRORS, request_body
 from service.http.schemas import DetectedLanguage, DetectRequest
 from service.http.state import State, state_of
+from service.text.detect import Detection
 
 router = APIRouter()
 CANDIDATES = 3  # LibreTranslate's most

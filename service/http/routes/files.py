@@ -1,5 +1,5 @@
 """POST /translate_file and GET /download_file/<name>: a file translated as its extension says (service/formats),
-kept for download until it expires (service/files.py), as LibreTranslate answers them."""
+kept for download until it expires (service/http/files.py), as LibreTranslate answers them."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, JSONResponse
 from starlette.datastructures import FormData, UploadFile
 
-from service.engine import Engine
 from service.errors import TooLarge
 from service.formats import accepted, format_for
 from service.formats.base import Translate, batched
@@ -18,7 +17,8 @@ from service.http.errors import InvalidField, MalformedBody, UnsupportedFormat
 from service.http.openapi import ERRORS
 from service.http.schemas import TranslateFileResponse
 from service.http.state import state_of
-from service.translation import Options
+from service.serving.engine import Engine
+from service.serving.translation import Options
 
 router = APIRouter()
 

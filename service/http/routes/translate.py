@@ -8,8 +8,6 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from service.detect import Detection
-from service.engine import Engine
 from service.formats.base import Translate
 from service.formats.html import translate_html
 from service.http.auto import detect_sources, translate_auto
@@ -18,7 +16,9 @@ from service.http.limits import check_options, check_texts
 from service.http.openapi import ERRORS, request_body
 from service.http.schemas import TranslateRequest, TranslateResponse
 from service.http.state import state_of
-from service.translation import Details, Options, Translation, check_unicode
+from service.serving.engine import Engine
+from service.serving.translation import Details, Options, Translation, check_unicode
+from service.text.detect import Detection
 
 router = APIRouter(route_class=LeanRoute)  # the endpoint takes the Request and answers itself
 

@@ -13,9 +13,9 @@ from model.export.bundle import export_bundle
 from model.export.check import check_graphs
 from model.export.weights import load_state_dict
 from model.transformer import greedy_decode
-from service.bundle import load_bundle
 from service.decoding import DecodeRequest, decode
-from service.runner import Runner
+from service.runtime.bundle import load_bundle
+from service.runtime.runner import Runner
 from tests.bundles import tiny_model, write_fixtures
 from tests.conftest import FIXTURES, TINY, TINY_INT8
 from tests.model.export.shapes import CONFIGS, sources

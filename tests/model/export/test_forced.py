@@ -18,7 +18,7 @@ from model.export.examples import forced_example
 from model.export.kernels import kernel_session
 from model.export.names import FORCED_OUTPUTS, forced_inputs
 from model.export.store import WEIGHTS, store_weights_once
-from service.bundle import load_bundle, sha256
+from service.runtime.bundle import load_bundle, sha256
 from tests.bundles import make_tiny_bundle, tiny_model
 from tests.model.export.shapes import CONFIGS
 

@@ -54,7 +54,7 @@ def test_segment_attention_is_pytorchs_under_any_segments(tmp_path: Path) -> Non
 
 
 def test_attnserve_kernels_equal_onnxruntimes(tmp_path: Path) -> None:
-    """service/_attention.c against ONNX Runtime's MultiHeadAttention and GroupQueryAttention on one graph's
+    """service/runtime/_attention.c against ONNX Runtime's MultiHeadAttention and GroupQueryAttention on one graph's
     step, caches bound in place as the runner binds them: rows of several lengths and sources of several lengths
     (masked), rows grouped by source; logits and every row's written slots agree, and the kernels refuse a row
     whose cache has no slot left."""

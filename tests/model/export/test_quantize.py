@@ -9,9 +9,9 @@ import onnx
 
 from model.export.bundle import export_bundle
 from model.export.quantize import add_float16, add_int8
-from service.bundle import load_bundle
 from service.decoding import DecodeRequest, decode
-from service.runner import Runner
+from service.runtime.bundle import load_bundle
+from service.runtime.runner import Runner
 from tests.bundles import tiny_model
 
 

@@ -13,7 +13,7 @@ from onnx import TensorProto, numpy_helper
 from model.export.bundle import export_bundle
 from model.export.quantize import add_int8
 from model.export.store import INLINE_BELOW, WEIGHTS, store_weights_once
-from service.bundle import BundleError, load_bundle
+from service.runtime.bundle import BundleError, load_bundle
 from tests.bundles import tiny_model
 
 GRAPHS = ["encoder.onnx", "decoder.onnx", "decoder.fast.onnx", "encoder.fast.onnx", "decoder.fast.logits.onnx"]

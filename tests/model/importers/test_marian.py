@@ -12,10 +12,10 @@ import sentencepiece
 import torch
 from transformers import MarianConfig, MarianMTModel, MarianTokenizer
 
-from service.bundle import load_bundle
-from service.cli import main
+from service.cli.main import main
 from service.decoding import DecodeRequest, DecodeResult, decode
-from service.runner import Runner
+from service.runtime.bundle import load_bundle
+from service.runtime.runner import Runner
 from tests.bundles import SENTENCES, make_tiny_bundle, tiny_spm
 
 TEXTS = ["Open file", "Delete the selected files?", "Settings", "The file {0} already exists. Replace it?"]

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from service.cli import main
-from service.runner import ProviderError, choose_provider
+from service.cli.main import main
+from service.runtime.runner import ProviderError, choose_provider
 
 
 def test_attention_summary(tiny_bundle: Path, capsys: pytest.CaptureFixture) -> None:
@@ -37,9 +37,9 @@ def test_cuda_requested_without_cuda() -> None:
 
 def test_model_commands_are_handed_over() -> None:
     from model.cli import COMMANDS
-    from service.cli import MODEL_COMMANDS
+    from service.cli.main import MODEL_COMMANDS
 
-    assert MODEL_COMMANDS == COMMANDS  # service/cli.py names them without importing model/ (no torch there)
+    assert MODEL_COMMANDS == COMMANDS  # service/cli/main.py names them without importing model/ (no torch there)
 
 
 def _filled(path: Path) -> list[Any]:

@@ -21,7 +21,7 @@ import pytest
 
 from tests.service.process import ServeProcess
 
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "drain"
+ARTIFACTS = Path(__file__).resolve().parents[3] / "test-artifacts" / "drain"
 timings: dict[str, Any] = {}  # the drain's measurements, written to test-artifacts/drain/drain.json
 
 

@@ -8,10 +8,10 @@ from collections.abc import Hashable
 import numpy as np
 import pytest
 
-from service.bundle import GraphForm, ModelSpec
 from service.decoding import BatchDecoder, DecodeRequest, DecodeResult
-from service.runner import StepOutput
-from service.tensors import Cache
+from service.runtime.bundle import GraphForm, ModelSpec
+from service.runtime.runner import StepOutput
+from service.runtime.tensors import Cache
 from tests.service.fake_runner import APPENDED, IN_PLACE, FakeRunner
 
 # BatchDecoder against a plain beam search, on a fake model whose next-token distribution depends on the whole

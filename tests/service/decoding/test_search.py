@@ -1,4 +1,5 @@
-"""service/decoding/search.py and its C kernels (service/_beam.c): log-probabilities without the (N, V) array, exact
+"""service/decoding/search.py and its C kernels (service/runtime/_beam.c): log-probabilities without the (N, V) array,
+exact
 beam candidates, beam places, and the cache row copies."""
 
 from __future__ import annotations
@@ -6,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from service import _beam
 from service.decoding import beam_places, beam_top
 from service.decoding.search import Scores
+from service.runtime import _beam
 
 
 def brute_force(logits: np.ndarray, rows: list[int], scores: np.ndarray, n: int) -> list[tuple[int, int]]:

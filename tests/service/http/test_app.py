@@ -1,4 +1,4 @@
-"""The app's start-up (service/app.py's lifespan)."""
+"""The app's start-up (service/http/app.py's lifespan)."""
 
 from __future__ import annotations
 

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 
 import pytest
 
-from service.detect import Detector
 from service.errors import UnknownPair
 from service.http.auto import detect_sources, translate_auto
-from service.translation import Gone, Options, Translation
+from service.serving.translation import Gone, Options, Translation
+from service.text.detect import Detector
 
 EN, DE, JA = "Open the selected file", "Die ausgewählten Dateien löschen?", "ファイルを開く"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from service.errors import NoSuchFile
-from service.files import FileStore, safe_name
+from service.http.files import FileStore, safe_name
 
 
 class Clock:

@@ -178,7 +178,8 @@ def test_slow_clients_do_not_starve_normal_ones(tiny_bundle: Path) -> None:
 
 
 def test_attnserve_serve_runs_uvicorn_with_the_deadlines(monkeypatch: pytest.MonkeyPatch, tiny_bundle: Path) -> None:
-    from service import cli, server
+    from service.cli import main as cli
+    from service.cli import server
 
     seen: dict[str, Any] = {}
     monkeypatch.setattr(server.Server, "run", lambda self, sockets=None: seen.update(config=self.config))

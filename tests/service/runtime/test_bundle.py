@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from service.bundle import BundleError, GraphForm, load_bundle
+from service.runtime.bundle import BundleError, GraphForm, load_bundle
 
 
 @pytest.fixture

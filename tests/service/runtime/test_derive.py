@@ -1,4 +1,4 @@
-"""service/derive.py: the int8 graphs that a bundle derives from its shipped fast graphs, without torch, are the
+"""service/runtime/derive.py: the int8 graphs that a bundle derives from its shipped fast graphs, without torch, are the
 exporter's to the byte (the manifest's sha256), again on every run, and a bundle refuses what it cannot derive."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from service.bundle import BundleError, load_bundle, sha256
 from service.decoding import DecodeRequest, decode
-from service.derive import DeriveError, derive_missing, derived_entries
-from service.runner import Runner
+from service.runtime.bundle import BundleError, load_bundle, sha256
+from service.runtime.derive import DeriveError, derive_missing, derived_entries
+from service.runtime.runner import Runner
 from tests.service.process import REPO
 
 INT8 = ("encoder.int8.onnx", "decoder.int8.onnx")
@@ -60,7 +60,7 @@ def test_a_derive_logs_only_its_own_lines(underived: Path, caplog: pytest.LogCap
     with caplog.at_level(logging.DEBUG):
         derive_missing(underived, manifest_of(underived))
     assert [(r.name, r.getMessage().split(" from ")[0]) for r in caplog.records] == [
-        ("service.derive", f"deriving {underived / name}") for name in sorted(INT8)
+        ("service.runtime.derive", f"deriving {underived / name}") for name in sorted(INT8)
     ]
     assert (root.filters, root.handlers) == (filters, handlers)
     assert logging.getLogger("onnxruntime").level == logging.NOTSET
@@ -79,7 +79,7 @@ def test_the_derived_graphs_decode(underived: Path) -> None:
 
 
 def test_a_read_only_bundle_names_the_graph_it_cannot_derive(underived: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("service.derive.os.access", lambda path, mode: False)  # root may write anywhere
+    monkeypatch.setattr("service.runtime.derive.os.access", lambda path, mode: False)  # root may write anywhere
     with pytest.raises(BundleError, match=r"int8\.onnx: missing, and .* is read-only — run `attnserve derive"):
         load_bundle(underived)
 
@@ -122,7 +122,7 @@ def test_a_malformed_derived_entry_is_refused(entry: object, underived: Path) ->
 
 
 def test_attnserve_derive_writes_and_verifies(underived: Path) -> None:
-    run = [sys.executable, "-c", "from service.cli import main; exit(main())", "derive", str(underived)]
+    run = [sys.executable, "-c", "from service.cli.main import main; exit(main())", "derive", str(underived)]
     result = subprocess.run(run, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert sorted(Path(line).name for line in result.stdout.splitlines()) == sorted(INT8)

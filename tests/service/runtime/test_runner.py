@@ -15,13 +15,13 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from service.bundle import Bundle, load_bundle
 from service.decoding import BatchDecoder, DecodeRequest, DecodeResult, decode, pack
 from service.decoding.batch import Batch
 from service.decoding.caches import Caches
 from service.decoding.in_place import DeviceInPlaceCaches
-from service.runner import CPU, Runner, tune_memory
-from service.tensors import DeviceTensors, HostTensors
+from service.runtime.bundle import Bundle, load_bundle
+from service.runtime.runner import CPU, Runner, tune_memory
+from service.runtime.tensors import DeviceTensors, HostTensors
 
 
 def test_device_tensors_equal_numpy() -> None:
@@ -383,7 +383,7 @@ def test_a_bundle_without_a_forced_decoder_has_none(tiny_bundle: Path, tmp_path:
     assert not runner.has_forced and runner.forced is None
 
 
-SHIPPED = Path(__file__).resolve().parents[2] / "model" / "bundles" / "en-ja"
+SHIPPED = Path(__file__).resolve().parents[3] / "model" / "bundles" / "en-ja"
 UI_STRINGS = [
     "Open file",
     "Save the document before closing?",

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from service.bundle import BundleError
-from service.engine import Engine
+from service.runtime.bundle import BundleError
+from service.serving.engine import Engine
 from service.settings import Settings
 from tests.service.conftest import Server
 

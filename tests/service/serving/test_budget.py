@@ -1,4 +1,5 @@
-"""The in-flight memory budget (service/budget.py): waits oldest first, refuses at the deadline or when a request
+"""The in-flight memory budget (service/serving/budget.py): waits oldest first, refuses at the deadline or when a
+request
 could never fit, hands memory back once idle and now and then under load; and its estimates against the model's
 sizes."""
 
@@ -9,13 +10,13 @@ import time
 
 import pytest
 
-from service import budget as budget_module
-from service.budget import Budget, BudgetFull, answer_bytes, request_bytes
 from service.decoding import DecodeRequest
 from service.errors import TooLarge
-from service.scheduler import QueueFull
+from service.serving import budget as budget_module
+from service.serving.budget import Budget, BudgetFull, answer_bytes, request_bytes
+from service.serving.scheduler import QueueFull
+from service.serving.translation import Filters
 from service.settings import Settings
-from service.translation import Filters
 from tests.service.fake_runner import SPEC
 
 
@@ -136,7 +137,7 @@ def test_attention_costs_grow_with_source_and_target_and_the_default_budget_serv
     assert answer_bytes(SPEC, forced, Filters(kinds=["cross"])) < answer_bytes(SPEC, forced, Filters())
 
     # The shipped model's sizes (3 + 3 layers, 8 heads) at the default limits: 256 source tokens, beam 8, 256 steps.
-    from service.bundle import ModelSpec
+    from service.runtime.bundle import ModelSpec
 
     model = ModelSpec(
         vocab_size=8000, d_model=256, h=8, n_encoder_layers=3, n_decoder_layers=3, max_positions=256,

@@ -1,5 +1,5 @@
 """The response cache: bounded, least recently used dropped first, and the engine answering repeated texts from it
-with the answers decoding gives (service/cache.py)."""
+with the answers decoding gives (service/serving/cache.py)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import sys
 
 import httpx
 
-from service.cache import ENTRY_BYTES, LruCache, through_cache
-from service.translation import Options, Translation
+from service.serving.cache import ENTRY_BYTES, LruCache, through_cache
+from service.serving.translation import Options, Translation
 from tests.service.conftest import ServerFactory
-from tests.service.test_engine import fake_engine
+from tests.service.serving.test_engine import fake_engine
 from tests.service.test_metrics import samples
 
 

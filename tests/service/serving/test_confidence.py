@@ -1,4 +1,5 @@
-"""service/confidence.py: the features, the manifest's calibration, the flags, and the engine's return_details hook
+"""service/serving/confidence.py: the features, the manifest's calibration, the flags, and the engine's return_details
+hook
 on the tiny bundle."""
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-import service.engine
-from service.bundle import BundleError
-from service.confidence import (
+import service.serving.engine
+from service.runtime.bundle import BundleError
+from service.serving.confidence import (
     FEATURES,
     Calibration,
     Evidence,
@@ -22,7 +23,7 @@ from service.confidence import (
     features,
     is_content,
 )
-from service.engine import Engine, Filters, Options
+from service.serving.engine import Engine, Filters, Options
 from service.settings import Settings
 
 TEXTS = ["Open file", "Delete the selected files?", "Could not open %s: permission denied"]
@@ -161,7 +162,7 @@ def test_requests_without_details_compute_nothing(calibrated: Path, monkeypatch:
         raise AssertionError("assessed a text that did not ask for details")
 
     monkeypatch.setattr(Calibration, "assess", fail)
-    monkeypatch.setattr(service.engine, "coverage", fail)
+    monkeypatch.setattr(service.serving.engine, "coverage", fail)
     assert all(t.details is None for t in engine.translate_now(TEXTS, Options()))
 
 

@@ -9,13 +9,13 @@ import threading
 
 import pytest
 
-from service.core_sharing import WhileSaturated
+from service.serving.core_sharing import WhileSaturated
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SCHED_BATCH: Linux only")
 
 BATCH_SCHEDULING = """
 import os, threading
-from service.core_sharing import batch_scheduling
+from service.serving.core_sharing import batch_scheduling
 before = threading.Thread(target=threading.Event().wait, daemon=True)
 before.start()
 applied = batch_scheduling()

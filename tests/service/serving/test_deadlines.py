@@ -10,13 +10,13 @@ from typing import Any
 import httpx
 import pytest
 
-from service.engine import Engine, Runners
 from service.errors import TooLarge
-from service.scheduler import DeadlineExceeded
+from service.serving.engine import Engine, Runners
+from service.serving.scheduler import DeadlineExceeded
+from service.serving.translation import Filters, Options
 from service.settings import Settings
-from service.translation import Filters, Options
 from tests.service.conftest import ServerFactory
-from tests.service.test_engine import Bundle, Runner
+from tests.service.serving.test_engine import Bundle, Runner
 
 OK = {"q": "Hello world.", "source": "en", "target": "ja"}
 

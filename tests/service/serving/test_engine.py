@@ -15,13 +15,13 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from service.bundle import ModelSpec
 from service.decoding import DecodeRequest, DecodeResult
-from service.engine import Engine, Runners
 from service.errors import NoSuchIndex, TooLarge
 from service.http import errors
+from service.runtime.bundle import ModelSpec
+from service.serving.engine import Engine, Runners
+from service.serving.translation import Filters, Options, Translation, distinct
 from service.settings import Settings
-from service.translation import Filters, Options, Translation, distinct
 from tests.service.fake_runner import SPEC, CountingRunner, expected
 
 

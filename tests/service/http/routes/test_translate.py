@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.cli import main
+from service.cli.main import main
 from tests.service.conftest import Server, ServerFactory, assert_loading
 
 OK = {"q": "Open file", "source": "en", "target": "ja"}

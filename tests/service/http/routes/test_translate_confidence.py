@@ -10,7 +10,7 @@ import pytest
 
 from service.settings import Settings
 from tests.service.conftest import Server
-from tests.service.test_confidence import entry
+from tests.service.serving.test_confidence import entry
 
 BODY = {"source": "en", "target": "ja", "return_details": True}
 

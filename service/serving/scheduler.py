@@ -179,6 +179,8 @@ class Scheduler:
         self._wakeup.set()
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join)
+        if self.saturation is not None:
+            self.saturation.observe(self, 0)  # its rows are gone: the policy must not outlive the loop
         for entry, result in self._finished:
             _settle(entry.future, result)
         large = [e for group in (*self._incoming, *self._large) for e in group]

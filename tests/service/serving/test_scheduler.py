@@ -312,5 +312,28 @@ def test_the_saturation_policy_hears_the_rows_left_after_each_step() -> None:
     srcs = [[i + 2] + [3] * (2 * i) + [0] for i in range(4)]  # 2, 4, 6 and 8 tokens
     results = asyncio.run(run(scheduler, [DecodeRequest(src=s, max_length=20) for s in srcs]))
     assert [r.hypotheses[0].tokens for r in results] == [expected(s) for s in srcs]
-    assert len(heard) == len(runner.step_rows)  # once a step
+    assert len(heard) == len(runner.step_rows) + 1  # once a step, and 0 rows once the loop has stopped
     assert heard == sorted(heard, reverse=True) and heard[-1] == 0  # texts leave as they finish, none joins late
+
+
+def test_a_scheduler_stopped_mid_batch_tells_the_saturation_policy_its_rows_are_gone() -> None:
+    heard: list[int] = []
+
+    class Heard(WhileSaturated):
+        def observe(self, decoder: Hashable, rows: int) -> None:
+            heard.append(rows)
+
+    scheduler = Scheduler(BatchDecoder(SlowRunner()), max_batch_size=4, max_wait_ms=0, saturation=Heard(4))  # type: ignore[arg-type]
+
+    async def go() -> None:
+        await scheduler.start()
+        try:
+            long = [DecodeRequest(src=[2] + [3] * 60 + [0], max_length=64) for _ in range(4)]
+            futures = scheduler.submit_many(long, 10)
+            while not any(heard) and not all(f.done() for f in futures):
+                await asyncio.sleep(0.001)
+        finally:
+            await scheduler.stop()
+
+    asyncio.run(go())
+    assert any(heard) and heard[-1] == 0  # a stopped loop holds no rows: SCHED_BATCH does not outlive it

@@ -23,10 +23,10 @@ class UnsafeZip(ValueError):
 def _member_path(info: zipfile.ZipInfo) -> PurePosixPath:
     """The entry's relative path, or :class:`UnsafeZip` when it is absolute, climbs out or is a special file."""
     name = info.filename
-    mode = info.external_attr >> 16
-    if mode and stat.S_ISLNK(mode):
+    kind = stat.S_IFMT(info.external_attr >> 16)  # 0: no Unix file type recorded (a plain file)
+    if kind == stat.S_IFLNK:
         raise UnsafeZip(f"zip entry {name!r} is a symbolic link")
-    if mode and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+    if kind not in (0, stat.S_IFREG, stat.S_IFDIR):
         raise UnsafeZip(f"zip entry {name!r} is not a regular file or directory")
     path = PurePosixPath(name.replace("\\", "/"))
     if path.is_absolute() or (path.parts and ":" in path.parts[0]) or not path.parts:

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from service.bundle import Bundle, load_bundle
-from service.cli import main
+from service.cli.main import main
 from service.decoding import DecodeRequest, decode
-from service.runner import Runner
+from service.runtime.bundle import Bundle, load_bundle
+from service.runtime.runner import Runner
 from tests.bundles import tiny_spm
 from tests.model.importers.argos_packages import (
     marian_package,

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from model.importers.safe_zip import UnsafeZip, extract
-from service.cli import main
+from service.cli.main import main
 from tests.bundles import tiny_spm
 from tests.model.importers.argos_packages import onmt_package, zip_package
 

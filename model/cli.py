@@ -10,7 +10,7 @@ import json
 import logging
 from pathlib import Path
 
-COMMANDS = ("train", "average", "evaluate", "export", "import-marian", "export-marian", "calibrate")
+COMMANDS = ("train", "average", "evaluate", "export", "import-marian", "import-argos", "export-marian", "calibrate")
 CACHE = Path.home() / ".cache" / "attnserve"
 
 
@@ -49,6 +49,12 @@ def build_parser() -> argparse.ArgumentParser:  # long: one declaration per subc
 
     p = sub.add_parser("import-marian", help="convert a Hugging Face MarianMTModel directory into a bundle")
     p.add_argument("hf_dir", type=Path)
+    p.add_argument("out_dir", type=Path)
+    p.add_argument("--name", default=None, help="bundle name (default: OUT_DIR's name)")
+    p.add_argument("--force", action="store_true")
+
+    p = sub.add_parser("import-argos", help="convert an Argos Translate package (.argosmodel or folder) into a bundle")
+    p.add_argument("package", type=Path, help="an .argosmodel zip or an unpacked package folder")
     p.add_argument("out_dir", type=Path)
     p.add_argument("--name", default=None, help="bundle name (default: OUT_DIR's name)")
     p.add_argument("--force", action="store_true")
@@ -103,6 +109,10 @@ def main(argv: list[str]) -> int:  # long: one branch per subcommand, each impor
             from model.importers.marian import import_marian
 
             print(import_marian(args.hf_dir, args.out_dir, name=args.name, force=args.force))
+        elif args.command == "import-argos":
+            from model.importers.argos import import_argos
+
+            print(import_argos(args.package, args.out_dir, name=args.name, force=args.force))
         elif args.command == "export-marian":
             from model.importers.marian import export_marian
 

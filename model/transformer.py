@@ -46,10 +46,14 @@ class TransformerConfig:
     tie_embeddings: bool = True  # source, target embeddings and pre-softmax projection share one matrix (§3.4)
     final_logits_bias: bool = False  # Marian adds a (frozen) bias to the logits
     normalize_before: bool = False  # pre-LN instead of the paper's post-LN; adds a final LayerNorm to each stack
+    layer_norm_eps: float = 1e-5  # OpenNMT-py models run on CTranslate2 with the epsilon its config.json gives
+    position_table: str = "sinusoid"  # sinusoid (computed, Marian's layout) | weights (a table among the weights)
 
     def __post_init__(self) -> None:
         if self.d_model % self.h:
             raise ValueError(f"d_model={self.d_model} must be divisible by h={self.h}")
+        if self.position_table not in ("sinusoid", "weights"):
+            raise ValueError(f"position_table={self.position_table!r} must be 'sinusoid' or 'weights'")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation={self.activation!r} must be one of {sorted(ACTIVATIONS)}")
         for name in ("pad_id", "eos_id", "decoder_start_id", "unk_id"):
@@ -61,7 +65,8 @@ class TransformerConfig:
         return self.d_model // self.h
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The fields, those in LATER_FIELDS left out at their defaults (older manifests and checkpoints match)."""
+        return {k: v for k, v in asdict(self).items() if k not in LATER_FIELDS or v != LATER_FIELDS[k]}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TransformerConfig:
@@ -76,6 +81,7 @@ class TransformerConfig:
 
 
 ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "swish": F.silu, "gelu": F.gelu}
+LATER_FIELDS: dict[str, Any] = {"layer_norm_eps": 1e-5, "position_table": "sinusoid"}  # field -> its default
 
 
 # §3.2.1 Scaled dot-product attention ---------------------------------------------------------------------------
@@ -160,9 +166,9 @@ class Sublayer(nn.Module):
     The sub-layer returns (output, extra); extra (attention weights, a cache) is passed through.
     """
 
-    def __init__(self, d_model: int, dropout: float, normalize_before: bool) -> None:
+    def __init__(self, d_model: int, dropout: float, normalize_before: bool, eps: float = 1e-5) -> None:
         super().__init__()
-        self.norm = nn.LayerNorm(d_model)
+        self.norm = nn.LayerNorm(d_model, eps=eps)
         self.dropout = nn.Dropout(dropout)
         self.normalize_before = normalize_before
 
@@ -184,7 +190,9 @@ class EncoderLayer(nn.Module):
         super().__init__()
         self.self_attn = MultiHeadAttention(c.d_model, c.h)
         self.feed_forward = PositionwiseFeedForward(c.d_model, c.d_ff, c.activation)
-        self.sublayer = nn.ModuleList([Sublayer(c.d_model, c.dropout, c.normalize_before) for _ in range(2)])
+        self.sublayer = nn.ModuleList(
+            [Sublayer(c.d_model, c.dropout, c.normalize_before, c.layer_norm_eps) for _ in range(2)]
+        )
 
     def forward(self, x: Tensor, src_mask: Tensor) -> tuple[Tensor, Tensor]:
         """x (B, S, d_model), src_mask (B, 1, 1 or S, S) -> x, self-attention weights (B, h, S, S)."""
@@ -205,7 +213,9 @@ class DecoderLayer(nn.Module):
         self.self_attn = MultiHeadAttention(c.d_model, c.h)
         self.src_attn = MultiHeadAttention(c.d_model, c.h)
         self.feed_forward = PositionwiseFeedForward(c.d_model, c.d_ff, c.activation)
-        self.sublayer = nn.ModuleList([Sublayer(c.d_model, c.dropout, c.normalize_before) for _ in range(3)])
+        self.sublayer = nn.ModuleList(
+            [Sublayer(c.d_model, c.dropout, c.normalize_before, c.layer_norm_eps) for _ in range(3)]
+        )
 
     def forward(
         self, x: Tensor, memory_kv: KV, src_mask: Tensor, tgt_mask: Tensor, past: KV | None = None
@@ -262,7 +272,9 @@ class Embeddings(nn.Module):
         super().__init__()
         self.lut = lut
         self.scale = math.sqrt(c.d_model) if c.scale_embedding else 1.0
-        self.register_buffer("pe", sinusoids(c.max_positions, c.d_model), persistent=False)
+        # A carried table (position_table="weights") is saved with the weights; the computed one is not.
+        carried = c.position_table == "weights"
+        self.register_buffer("pe", sinusoids(c.max_positions, c.d_model), persistent=carried)
         self.dropout = nn.Dropout(c.dropout)
 
     def forward(self, ids: Tensor, positions: Tensor) -> Tensor:
@@ -326,8 +338,8 @@ class Transformer(nn.Module):
         self.encoder_layers = nn.ModuleList([EncoderLayer(c) for _ in range(c.n_encoder_layers)])
         self.decoder_layers = nn.ModuleList([DecoderLayer(c) for _ in range(c.n_decoder_layers)])
         # Pre-LN stacks end with a LayerNorm; post-LN layers already end with one.
-        self.encoder_norm = nn.LayerNorm(c.d_model) if c.normalize_before else nn.Identity()
-        self.decoder_norm = nn.LayerNorm(c.d_model) if c.normalize_before else nn.Identity()
+        self.encoder_norm = nn.LayerNorm(c.d_model, eps=c.layer_norm_eps) if c.normalize_before else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(c.d_model, eps=c.layer_norm_eps) if c.normalize_before else nn.Identity()
         self.generator = Generator(c)
         if c.tie_embeddings:
             self.generator.proj.weight = src_lut.weight

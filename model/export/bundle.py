@@ -67,6 +67,7 @@ def export_bundle(
     target_lang: str,
     tokenizer: dict[str, Path],
     vocab: dict[str, int] | None = None,
+    tokenizer_fields: dict[str, Any] | None = None,
     scores: list[dict[str, Any]] | None = None,
     provenance: dict[str, Any] | None = None,
     force: bool = False,
@@ -78,6 +79,7 @@ def export_bundle(
         out_dir: the bundle directory; must not exist (or be empty) unless ``force``.
         tokenizer: ``{"source": spm_path, "target": spm_path}`` — one path twice for a joint model.
         vocab: piece -> id map when the model's ids are not the SentencePiece ids (Marian), else None.
+        tokenizer_fields: more keys of the manifest's ``tokenizer`` entry (``source_prefix``, ``source_suffix``).
         scores, provenance: recorded in the manifest as they are.
         force: replace an existing bundle.
 
@@ -95,7 +97,7 @@ def export_bundle(
         worst_fast = max(worst_fast, export_forced_decoder(model, tmp / FORCED))
         graphs = {"encoder": "encoder.onnx", "decoder": "decoder.onnx", "fast_decoder": "decoder.fast.onnx",
                   "forced_decoder": FORCED}  # fmt: skip
-        tok = copy_tokenizer(tokenizer, vocab, tmp)
+        tok = copy_tokenizer(tokenizer, vocab, tmp) | (tokenizer_fields or {})
         manifest = {
             "format": FORMAT,
             "name": name,

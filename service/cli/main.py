@@ -19,7 +19,9 @@ if TYPE_CHECKING:
     from service.serving.translation import AttentionResult
     from service.settings import Settings
 
-MODEL_COMMANDS = ("train", "average", "evaluate", "export", "import-marian", "export-marian", "calibrate")
+MODEL_COMMANDS = (
+    "train", "average", "evaluate", "export", "import-marian", "import-argos", "export-marian", "calibrate"
+)  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:

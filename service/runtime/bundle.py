@@ -97,9 +97,21 @@ class GraphForm:
 
 
 class Tokenizer:
-    """SentencePiece segmentation; ids are SentencePiece's own, or looked up in a piece -> id map (Marian)."""
+    """SentencePiece segmentation; ids are SentencePiece's own, or looked up in a piece -> id map (Marian).
 
-    def __init__(self, source: Path, target: Path, vocab: dict[str, int] | None, spec: ModelSpec) -> None:
+    A source's pieces go between ``source_prefix`` and ``source_suffix`` (the manifest's tokenizer entry; by
+    default nothing and </s>).
+    """
+
+    def __init__(
+        self,
+        source: Path,
+        target: Path,
+        vocab: dict[str, int] | None,
+        spec: ModelSpec,
+        source_affixes: tuple[list[int], list[int]] | None = None,
+    ) -> None:
+        self.source_prefix, self.source_suffix = source_affixes or ([], [spec.eos_id])
         self.source = spm.SentencePieceProcessor(model_file=str(source))
         self.target = spm.SentencePieceProcessor(model_file=str(target))
         self.vocab = vocab
@@ -120,12 +132,12 @@ class Tokenizer:
             raise InvalidText(unencodable(text, field), field) from e
 
     def encode_source(self, text: str) -> list[int]:
-        """Source ids with the closing </s>.
+        """Source ids between the bundle's source prefix and suffix (by default: with the closing </s>).
 
         Raises:
             InvalidText: the text is not valid Unicode (field ``q``).
         """
-        return [*self._ids(self.source, text, "q"), self.spec.eos_id]
+        return [*self.source_prefix, *self._ids(self.source, text, "q"), *self.source_suffix]
 
     def encode_target(self, text: str) -> list[int]:
         """Target ids with the closing </s> (for forced decoding).
@@ -261,8 +273,25 @@ def load_bundle(path: Path, verify: bool = True) -> Bundle:
         check_file(path, name, hashes if verify else None, derived=True)
     spec = ModelSpec.from_manifest(manifest["model"])
     vocab = json.loads((path / tok["vocab"]).read_text()) if tok.get("vocab") else None
-    tokenizer = Tokenizer(path / tok["source"], path / tok["target"], vocab, spec)
+    affixes = source_affixes(manifest_path, tok, spec)
+    tokenizer = Tokenizer(path / tok["source"], path / tok["target"], vocab, spec, affixes)
     return Bundle(path=path, manifest=manifest, spec=spec, tokenizer=tokenizer, forms=forms)
+
+
+def source_affixes(manifest_path: Path, tok: dict[str, Any], spec: ModelSpec) -> tuple[list[int], list[int]]:
+    """The tokenizer entry's ``source_prefix`` and ``source_suffix``: the ids around a source's pieces (an Argos
+    package's model may want a leading <s>, or no </s>). Absent: nothing before, </s> after.
+
+    Raises:
+        BundleError: either is not a list of ids of the vocabulary.
+    """
+    affixes = []
+    for key, default in (("source_prefix", []), ("source_suffix", [spec.eos_id])):
+        ids = tok.get(key, default)
+        if not isinstance(ids, list) or not all(type(i) is int and 0 <= i < spec.vocab_size for i in ids):
+            raise BundleError(f"{manifest_path}: tokenizer.{key} {ids!r}, expected a list of vocabulary ids")
+        affixes.append(ids)
+    return affixes[0], affixes[1]
 
 
 def check_file(path: Path, name: str, hashes: dict[str, str] | None, derived: bool = False) -> None:

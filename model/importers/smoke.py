@@ -63,9 +63,9 @@ def check_bundle(bundle_dir: Path, hf_model: Any, hf_dir: Path, sentences: list[
     Raises:
         ValueError: naming the first sentence whose tokens differ.
     """
-    from service.bundle import load_bundle
     from service.decoding import DecodeRequest, decode
-    from service.runner import Runner
+    from service.runtime.bundle import load_bundle
+    from service.runtime.runner import Runner
 
     bundle = load_bundle(bundle_dir)
     targets = bundle.targets

@@ -16,10 +16,10 @@ import torch
 from onnx import TensorProto
 from transformers import MarianMTModel, MarianTokenizer
 
-from service.bundle import load_bundle
-from service.cli import main
+from service.cli.main import main
 from service.decoding import DecodeRequest, decode
-from service.runner import Runner
+from service.runtime.bundle import load_bundle
+from service.runtime.runner import Runner
 from service.settings import Settings
 from tests.bundles import tiny_spm
 from tests.model.importers.checkpoints import TC_BIG, Layout, random_marian

@@ -10,7 +10,7 @@ import torch
 from transformers import MarianMTModel
 
 from model.importers.smoke import check_bundle, check_tied
-from service.cli import main
+from service.cli.main import main
 from tests.bundles import tiny_spm
 from tests.model.importers.checkpoints import Layout, random_marian
 

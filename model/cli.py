@@ -51,6 +51,12 @@ def build_parser() -> argparse.ArgumentParser:  # long: one declaration per subc
     p.add_argument("hf_dir", type=Path)
     p.add_argument("out_dir", type=Path)
     p.add_argument("--name", default=None, help="bundle name (default: OUT_DIR's name)")
+    p.add_argument("--source-lang", default=None, help="served source code (default: mapped from the model's)")
+    p.add_argument("--target-lang", default=None, help="served target code (default: mapped from the model's)")
+    p.add_argument("--targets", default=None, help="a multi-target model's served targets, comma-separated")
+    p.add_argument("--store", choices=["auto", "float32", "float16"], default="auto",
+                   help="the weights' stored dtype (auto: the checkpoint's); computation stays float32")  # fmt: skip
+    p.add_argument("--no-check", action="store_true", help="skip comparing greedy output with transformers'")
     p.add_argument("--force", action="store_true")
 
     p = sub.add_parser("import-argos", help="convert an Argos Translate package (.argosmodel or folder) into a bundle")
@@ -108,7 +114,20 @@ def main(argv: list[str]) -> int:  # long: one branch per subcommand, each impor
         elif args.command == "import-marian":
             from model.importers.marian import import_marian
 
-            print(import_marian(args.hf_dir, args.out_dir, name=args.name, force=args.force))
+            targets = args.targets.split(",") if args.targets else None
+            print(
+                import_marian(
+                    args.hf_dir,
+                    args.out_dir,
+                    name=args.name,
+                    source_lang=args.source_lang,
+                    target_lang=args.target_lang,
+                    targets=targets,
+                    store=args.store,
+                    check=not args.no_check,
+                    force=args.force,
+                )
+            )
         elif args.command == "import-argos":
             from model.importers.argos import import_argos
 

@@ -70,6 +70,8 @@ def export_bundle(
     tokenizer_fields: dict[str, Any] | None = None,
     scores: list[dict[str, Any]] | None = None,
     provenance: dict[str, Any] | None = None,
+    languages: dict[str, Any] | None = None,
+    float16: bool = False,
     force: bool = False,
 ) -> Path:
     """Export ``model`` and its tokenizer to a bundle directory.
@@ -81,6 +83,9 @@ def export_bundle(
         vocab: piece -> id map when the model's ids are not the SentencePiece ids (Marian), else None.
         tokenizer_fields: more keys of the manifest's ``tokenizer`` entry (``source_prefix``, ``source_suffix``).
         scores, provenance: recorded in the manifest as they are.
+        languages: more of the manifest's language entries, as they are: ``model_languages`` (the model's own
+            codes) and, for a model with several targets, ``targets`` (each served code with its source prefix).
+        float16: store the weights as float16 (:mod:`~model.export.store`); every weight must be a float16 value.
         force: replace an existing bundle.
 
     Raises:
@@ -103,6 +108,7 @@ def export_bundle(
             "name": name,
             "source_lang": source_lang,
             "target_lang": target_lang,
+            **(languages or {}),
             "model": model.config.to_dict(),
             "tokenizer": tok,
             "graphs": graphs,
@@ -114,13 +120,14 @@ def export_bundle(
             },
             "weights": {
                 "source": "float32 graph initializers named as the PyTorch state dict (model/export)",
-                "stored": f"{WEIGHTS}: every graph's initializers of 1 KiB or more, each distinct tensor once",
+                "stored": f"{WEIGHTS}: every graph's initializers of 1 KiB or more, each distinct tensor once"
+                + (", as float16 behind a Cast to float32" if float16 else ""),
                 "aliases": weight_aliases(model, graph_weights(tmp, graphs)),
             },
             "scores": scores or [],
             "provenance": {"exported": _dt.date.today().isoformat(), **(provenance or {})},
         }
-        store_weights_once(tmp, list(graphs.values()))
+        store_weights_once(tmp, list(graphs.values()), float16=float16)
         write_manifest(tmp, manifest)
         worst = check_graphs(model, tmp)
         check_weights_read_back(model, tmp)

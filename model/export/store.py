@@ -1,20 +1,26 @@
 """Weights stored once: every graph's large initializers moved into one shared file of ONNX external data
 (``weights.bin``), a tensor that several graphs hold (the decoder's and the fast decoder's, the tied embeddings)
-written once and referenced by offset from each."""
+written once and referenced by offset from each.
+
+Stored as float16 (``float16=True``), each such float32 tensor is kept as float16 under ``<name>`` +
+:data:`FLOAT16_SUFFIX` and a ``Cast`` to float32 named ``<name>`` opens the graph: ONNX Runtime folds the casts when
+it loads the graph, so the weights and every computation stay float32 and the file is half the size."""
 
 from __future__ import annotations
 
 import hashlib
 from pathlib import Path
 
+import numpy as np
 import onnx
-from onnx import TensorProto, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 WEIGHTS = "weights.bin"
 INLINE_BELOW = 1024  # bytes: smaller tensors stay in the graph, as onnx's own external-data writer keeps them
 PAGE = 4096  # offsets of large tensors on page boundaries, so that ONNX Runtime can map them
 PAGE_FROM = 1 << 16  # bytes: smaller tensors are aligned to ALIGN only
 ALIGN = 64
+FLOAT16_SUFFIX = ".float16"
 
 
 def _external(tensor: TensorProto, offset: int, length: int) -> None:
@@ -27,22 +33,46 @@ def _external(tensor: TensorProto, offset: int, length: int) -> None:
         entry.key, entry.value = key, value
 
 
-def store_weights_once(bundle_dir: Path, names: list[str]) -> int:
+def _as_float16(graph: onnx.ModelProto, tensor: TensorProto, array: np.ndarray) -> np.ndarray:
+    """Store a float32 initializer as float16 behind a Cast of the same name, first in the graph."""
+    name = tensor.name
+    tensor.name = name + FLOAT16_SUFFIX
+    tensor.data_type = TensorProto.FLOAT16
+    cast = helper.make_node("Cast", [tensor.name], [name], name=f"cast{FLOAT16_SUFFIX}.{name}", to=TensorProto.FLOAT)
+    graph.graph.node.insert(0, cast)
+    return array.astype(np.float16)
+
+
+def store_weights_once(bundle_dir: Path, names: list[str], float16: bool = False) -> int:
     """Rewrite the graphs ``names`` of ``bundle_dir`` with their initializers of INLINE_BELOW bytes or more in one
     WEIGHTS file, each distinct content once, in the order of ``names`` and of each graph's initializers (the
     same graphs give the same bytes). The graphs may already point into WEIGHTS: they are read whole first.
 
+    Args:
+        bundle_dir: the bundle directory.
+        names: its graph files.
+        float16: store float32 weights as float16 (see the module's docstring); they must be float16 values.
+
     Returns:
         The size of WEIGHTS in bytes.
+
+    Raises:
+        ValueError: ``float16`` and a weight that float16 does not hold exactly.
     """
     graphs = [onnx.load(str(bundle_dir / name)) for name in names]  # external data read in, so WEIGHTS can go
     offsets: dict[bytes, int] = {}
     data = bytearray()
     for graph in graphs:
         for tensor in graph.graph.initializer:
-            raw = numpy_helper.to_array(tensor).tobytes()
-            if len(raw) < INLINE_BELOW:
+            array = numpy_helper.to_array(tensor)
+            if array.nbytes < INLINE_BELOW:
                 continue
+            if float16 and array.dtype == np.float32:
+                half = _as_float16(graph, tensor, array)
+                if not np.array_equal(half.astype(np.float32), array):
+                    raise ValueError(f"{tensor.name}: float16 does not hold these weights exactly; round them first")
+                array = half
+            raw = array.tobytes()
             key = hashlib.sha256(raw).digest()
             if key not in offsets:
                 align = PAGE if len(raw) >= PAGE_FROM else ALIGN

@@ -1,4 +1,5 @@
-"""The model's weights read back from a bundle's float32 graphs: their initializers keep the state-dict names."""
+"""The model's weights read back from a bundle's float32 graphs: their initializers keep the state-dict names (those
+stored as float16 behind a Cast read back as float32, see :mod:`model.export.store`)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,20 @@ import torch
 from onnx import numpy_helper
 from torch import Tensor
 
+from model.export.store import FLOAT16_SUFFIX
 from model.transformer import Transformer, TransformerConfig
 
 
 def onnx_initializers(path: Path) -> dict[str, np.ndarray]:
-    return {t.name: numpy_helper.to_array(t) for t in onnx.load(str(path)).graph.initializer}
+    """A graph's initializers by name; float16-stored weights as the float32 their Cast gives, under its name."""
+    found = {}
+    for t in onnx.load(str(path)).graph.initializer:
+        array = numpy_helper.to_array(t)
+        if t.name.endswith(FLOAT16_SUFFIX) and array.dtype == np.float16:
+            found[t.name.removesuffix(FLOAT16_SUFFIX)] = array.astype(np.float32)
+        else:
+            found[t.name] = array
+    return found
 
 
 def graph_weights(bundle_dir: Path, graphs: dict[str, str]) -> dict[str, np.ndarray]:

@@ -1,8 +1,11 @@
 """Hugging Face ``MarianMTModel`` interop: opus-mt checkpoints in, our weights out for the peers' benchmarks.
 
 ``attnserve import-marian HF_DIR OUT_DIR`` turns a MarianMTModel directory (config.json, weights, source.spm,
-target.spm, vocab.json) into a bundle; ``attnserve export-marian BUNDLE_DIR OUT_DIR`` writes a bundle's weights and
-tokenizer as a MarianMTModel directory that transformers and CTranslate2's converter load.
+target.spm, vocab.json) into a bundle, every OPUS-MT layout: special ids anywhere in the vocabulary, ISO 639-3 codes,
+multi-target models (``>>xxx<<`` tokens), weights stored in float16 (:mod:`~model.importers.layout`), checked
+against transformers after the import (:mod:`~model.importers.smoke`). ``attnserve export-marian BUNDLE_DIR OUT_DIR``
+writes a bundle's weights and tokenizer as a MarianMTModel directory that transformers and CTranslate2's converter
+load.
 """
 
 from __future__ import annotations
@@ -13,9 +16,12 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from model.export import export_bundle, load_state_dict
+from model.importers.layout import Specials, languages, special_ids, stored_dtype
+from model.importers.smoke import check_bundle, check_tied
 from model.transformer import Transformer, TransformerConfig
 
 log = logging.getLogger(__name__)
@@ -61,8 +67,8 @@ def hf_name(name: str) -> str:
     raise KeyError(f"no MarianMTModel name for {name}")
 
 
-def config_from_hf(hf: dict[str, Any]) -> TransformerConfig:
-    """MarianConfig (config.json) -> our config.
+def config_from_hf(hf: dict[str, Any], specials: Specials) -> TransformerConfig:
+    """MarianConfig (config.json) and the vocabulary's special ids -> our config.
 
     Raises:
         ValueError: a Marian feature our model does not have (separate vocabularies, untied embeddings, ...).
@@ -78,6 +84,8 @@ def config_from_hf(hf: dict[str, Any]) -> TransformerConfig:
     activation = {"swish": "swish", "silu": "swish", "relu": "relu", "gelu": "gelu"}.get(hf["activation_function"])
     if activation is None:
         problems.append(f"activation_function={hf['activation_function']}")
+    if hf.get("normalize_before") or hf.get("static_position_embeddings") is False:
+        problems.append("pre-LN layers or learned positions")
     if problems:
         raise ValueError("unsupported MarianMTModel: " + "; ".join(problems))
     return TransformerConfig(
@@ -90,10 +98,10 @@ def config_from_hf(hf: dict[str, Any]) -> TransformerConfig:
         dropout=hf.get("dropout", 0.1),
         activation=str(activation),
         max_positions=hf["max_position_embeddings"],
-        pad_id=hf["pad_token_id"],
-        eos_id=hf["eos_token_id"],
-        unk_id=1,
-        decoder_start_id=hf["decoder_start_token_id"],
+        pad_id=specials.pad_id,
+        eos_id=specials.eos_id,
+        unk_id=specials.unk_id,
+        decoder_start_id=specials.decoder_start_id,
         scale_embedding=hf.get("scale_embedding", True),
         tie_embeddings=True,
         final_logits_bias=True,
@@ -137,35 +145,79 @@ def config_to_hf(c: TransformerConfig) -> dict[str, Any]:
     }
 
 
-def import_marian(hf_dir: Path, out_dir: Path, *, name: str | None = None, force: bool = False) -> Path:
+def import_marian(
+    hf_dir: Path,
+    out_dir: Path,
+    *,
+    name: str | None = None,
+    source_lang: str | None = None,
+    target_lang: str | None = None,
+    targets: list[str] | None = None,
+    store: str = "auto",
+    check: bool = True,
+    force: bool = False,
+) -> Path:
     """Convert a MarianMTModel directory into a bundle (``attnserve import-marian``).
 
-    Languages come from tokenizer_config.json (``source_lang``/``target_lang``) when it has them.
+    Args:
+        hf_dir: config.json, the weights, source.spm, target.spm, vocab.json (tokenizer_config.json optional).
+        out_dir: the bundle directory.
+        name: the bundle's name; default ``out_dir``'s.
+        source_lang, target_lang: the served codes, instead of those mapped from the model's
+            (:mod:`~model.importers.languages`).
+        targets: a multi-target model's served targets (served or model codes); default every one.
+        store: the weights' stored dtype: ``float16``, ``float32``, or ``auto`` (the checkpoint's).
+        check: compare the bundle's greedy output with transformers' (:mod:`~model.importers.smoke`).
+        force: replace an existing bundle.
+
+    Raises:
+        ValueError: a layout the model cannot hold, codes that name no language, untied weights, or a bundle
+            whose output differs from the checkpoint's.
     """
     from transformers import MarianMTModel
 
-    config = config_from_hf(json.loads((hf_dir / "config.json").read_text()))
-    hf_state = MarianMTModel.from_pretrained(hf_dir).state_dict()
-    model = Transformer(config)
-    state: dict[str, Tensor] = {}
-    for key, value in model.state_dict().items():
-        hf_value = hf_state[hf_name(key)]
-        state[key] = hf_value.reshape(value.shape)  # final_logits_bias is (1, V) in Marian
-    model.load_state_dict(state)
+    hf = json.loads((hf_dir / "config.json").read_text())
+    vocab = json.loads((hf_dir / "vocab.json").read_text())
     tok_config_path = hf_dir / "tokenizer_config.json"
     tok_config = json.loads(tok_config_path.read_text()) if tok_config_path.exists() else {}
-    vocab = json.loads((hf_dir / "vocab.json").read_text())
-    return export_bundle(
+    config = config_from_hf(hf, special_ids(hf, vocab, tok_config))
+    langs = languages(hf_dir, vocab, tok_config, source_lang=source_lang, target_lang=target_lang, targets=targets)
+    float16 = (stored_dtype(hf_dir, hf) if store == "auto" else store) == "float16"
+    hf_model = MarianMTModel.from_pretrained(hf_dir, dtype=torch.float32, attn_implementation="eager").eval()
+    check_tied(hf_model)
+    model = Transformer(config)
+    model.load_state_dict(our_state(model, hf_model.state_dict(), float16))
+    manifest_languages: dict[str, Any] = {"model_languages": langs.to_manifest()}
+    if langs.targets:
+        manifest_languages["targets"] = [t.to_manifest() for t in langs.targets]
+    command = " ".join(["attnserve import-marian", str(hf_dir), str(out_dir)])
+    bundle = export_bundle(
         model.eval(),
         out_dir,
         name=name or out_dir.name,
-        source_lang=tok_config.get("source_lang") or "src",
-        target_lang=tok_config.get("target_lang") or "tgt",
+        source_lang=langs.source,
+        target_lang=langs.target,
+        languages=manifest_languages,
+        float16=float16,
         tokenizer={"source": hf_dir / "source.spm", "target": hf_dir / "target.spm"},
         vocab=vocab,
-        provenance={"imported_from": str(hf_dir), "command": f"attnserve import-marian {hf_dir} {out_dir}"},
+        provenance={"imported_from": str(hf_dir), "command": command},
         force=force,
     )
+    if check:
+        check_bundle(bundle, hf_model, hf_dir)
+        log.info("the bundle's greedy output is transformers' on the check sentences")
+    return bundle
+
+
+def our_state(model: Transformer, hf_state: dict[str, Tensor], float16: bool) -> dict[str, Tensor]:
+    """MarianMTModel's weights under our names and shapes; rounded through float16 when stored so (exact for a
+    checkpoint stored in float16)."""
+    state: dict[str, Tensor] = {}
+    for key, value in model.state_dict().items():
+        hf_value = hf_state[hf_name(key)].reshape(value.shape)  # final_logits_bias is (1, V) in Marian
+        state[key] = hf_value.half().float() if float16 else hf_value
+    return state
 
 
 def export_marian(bundle_dir: Path, out_dir: Path, *, force: bool = False) -> Path:

@@ -43,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("text", nargs="+" if name == "translate" else None)
         p.add_argument("--bundle", type=Path, default=None, help="bundle directory (default: the shipped one)")
         p.add_argument("--beam-size", type=int, default=1)
+        p.add_argument("--target", default=None, help="a multi-target bundle's target (default: its first)")
         if name == "attention":
             p.add_argument("--target-text", default=None, help="force-decode this translation")
         else:
@@ -119,7 +120,7 @@ def local(args: argparse.Namespace, settings: Settings) -> int:
     from service.serving.translation import Filters, Options
 
     try:
-        engine = Engine.load(settings.bundles[0], settings)
+        engine = Engine.load(settings.bundles[0], settings, args.target)
         options = Options(beam_size=args.beam_size)
         if args.command == "translate":
             texts = [t.text for t in engine.translate_now(args.text, options)]

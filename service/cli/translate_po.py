@@ -48,6 +48,8 @@ def local_batch(args: argparse.Namespace, settings: Settings) -> TranslateBatch:
     from service.serving.translation import Options
 
     engine = Engine.load(settings.bundles[0], settings)
+    if args.target in engine.bundle.targets:
+        engine = engine.for_target(args.target)
     if engine.pair != (args.source, args.target):
         have = "→".join(engine.pair)
         raise RemoteError(f"the bundle translates {have}, not {args.source}→{args.target}; pick one with --bundle")

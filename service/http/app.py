@@ -68,14 +68,16 @@ async def start(state: State, bundles: list[Bundle], on_fatal: Callable[[str], N
             runners = await asyncio.to_thread(Runners.build, bundle, settings)
             engines.append(Engine(bundle, settings, runners))
         for e in engines:
-            metrics.model_info.labels(e.bundle.name, *e.pair, e.provider).set(1)
             await e.start(
                 on_step=metrics.observe_step,
                 on_input=metrics.input_tokens.inc,
                 on_cache=metrics.observe_cache,
                 saturation=saturation,
             )
-        state.engines = {e.pair: e for e in engines}
+        served = [pair for e in engines for pair in e.for_targets()]  # a bundle's targets share its schedulers
+        for e in served:
+            metrics.model_info.labels(e.bundle.name, *e.pair, e.provider).set(1)
+        state.engines = {e.pair: e for e in served}
         metrics.track(
             lambda: sum(e.queue_depth for e in engines),
             lambda: sum(e.active_sequences for e in engines),
@@ -92,7 +94,7 @@ async def start(state: State, bundles: list[Bundle], on_fatal: Callable[[str], N
         return
     freeze_start_up()
     state.ready = True
-    log.info("serving %s", ", ".join(f"{e.bundle.name} ({'→'.join(e.pair)})" for e in engines))
+    log.info("serving %s", ", ".join(f"{e.bundle.name} ({'→'.join(e.pair)})" for e in served))
 
 
 def freeze_start_up() -> None:
@@ -133,7 +135,7 @@ def create_app(
                 loading.cancel()
                 with suppress(asyncio.CancelledError):
                     await loading
-            for e in state.engines.values():
+            for e in {id(e.schedulers): e for e in state.engines.values()}.values():  # a bundle's targets share them
                 await e.stop()
 
     app = FastAPI(

@@ -198,6 +198,15 @@ class Bundle:
         return str(self.manifest["target_lang"])
 
     @property
+    def targets(self) -> dict[str, list[int]]:
+        """Each served target language with the ids that open its sources: the manifest's ``targets`` (a
+        multi-target model's ``>>xxx<<`` token), else ``target_lang`` with none."""
+        entries = self.manifest.get("targets")
+        if not entries:
+            return {self.target_lang: []}
+        return {str(e["code"]): [int(i) for i in e["prefix"]] for e in entries}
+
+    @property
     def variants(self) -> list[str]:
         """Graph variants besides float32 (e.g. ``int8``), as the manifest lists them."""
         return ["float32", *(k for k, v in self.manifest["graphs"].items() if isinstance(v, dict))]

@@ -1,4 +1,5 @@
-"""One language pair: a bundle's tokenizer, its runners and their schedulers. Texts and options in, translations
+"""One language pair: a bundle's tokenizer, its runners and their schedulers (a bundle of several targets gives one
+engine a target, sharing them: :meth:`Engine.for_target`). Texts and options in, translations
 and attention weights out; the HTTP API and the command line share it, so both give the same answers.
 
 It speaks the domain only: it raises service.errors and returns the dataclasses below, which service/http shapes
@@ -8,6 +9,7 @@ into JSON.
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import time
 from collections.abc import Awaitable, Callable, Generator, Sequence
@@ -20,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from service.decoding import BatchDecoder, DecodeRequest, DecodeResult, Hypothesis, StepRunner, decode
-from service.errors import ClientGone, NoSuchIndex, TooLarge
+from service.errors import ClientGone, NoSuchIndex, TooLarge, UnknownPair
 from service.runtime.bundle import Bundle, load_bundle
 from service.runtime.runner import CPU, Runner, trim_memory
 from service.serving.admission import check_servable
@@ -114,7 +116,14 @@ class Engine:
     request goes to the least busy one.
     """
 
-    def __init__(self, bundle: Bundle, settings: Settings, runners: Runners) -> None:
+    def __init__(self, bundle: Bundle, settings: Settings, runners: Runners, target: str | None = None) -> None:
+        """Args:
+            target: which of the bundle's targets this engine translates into (default its first).
+
+        Raises:
+            UnknownPair: the bundle has no such target.
+            BundleError: a malformed calibration.
+        """
         self.bundle = bundle
         self.settings = settings
         self.tokenizer = bundle.tokenizer
@@ -131,23 +140,53 @@ class Engine:
         self.cache = LruCache[Translation](settings.cache_mb * MiB) if settings.cache_mb else None
         calibration = bundle.manifest.get("calibration")  # absent: no confidence, default flag thresholds
         self.calibration = Calibration.from_manifest(calibration, bundle.spec.n_decoder_layers, bundle.name)
-        glossary = read_glossary(settings.glossary_dir, bundle.source_lang, bundle.target_lang)
+        self._aim(target or next(iter(bundle.targets)))
+
+    def _aim(self, target: str) -> None:
+        """Translate into ``target``: its source prefix (a multi-target model's ``>>xxx<<`` id) and its glossary.
+
+        Raises:
+            UnknownPair: the bundle has no such target.
+        """
+        bundle, settings = self.bundle, self.settings
+        if target not in bundle.targets:
+            have = ", ".join(bundle.targets)
+            raise UnknownPair(f"{bundle.name} translates {bundle.source_lang} into {have}, not {target}")
+        self.target = target
+        self.prefix = bundle.targets[target]  # ids that open every source, as the model was trained
+        glossary = read_glossary(settings.glossary_dir, bundle.source_lang, target)
         self.text = TextPipeline(self.tokenizer, bundle.source_lang, settings.sentence_split_chars, glossary)
 
+    def for_target(self, target: str) -> Engine:
+        """An engine for another of the bundle's targets that shares this one's runners, schedulers, memory budget
+        and response cache (call it after :meth:`start`; only this engine is started and stopped).
+
+        Raises:
+            UnknownPair: the bundle has no such target.
+        """
+        other = copy.copy(self)
+        other._aim(target)
+        return other
+
+    def for_targets(self) -> list[Engine]:
+        """This engine and one :meth:`for_target` engine for each other target of the bundle."""
+        return [self, *(self.for_target(t) for t in self.bundle.targets if t != self.target)]
+
     @classmethod
-    def load(cls, path: Path, settings: Settings) -> Engine:
-        """The bundle at ``path`` with its real runners.
+    def load(cls, path: Path, settings: Settings, target: str | None = None) -> Engine:
+        """The bundle at ``path`` with its real runners, translating into ``target`` (default its first).
 
         Raises:
             BundleError: the bundle is missing, corrupted or lacks the settings' graph variant.
+            UnknownPair: the bundle has no such target.
         """
         bundle = load_bundle(path)
-        return cls(bundle, settings, Runners.build(bundle, settings))
+        return cls(bundle, settings, Runners.build(bundle, settings), target)
 
     @property
     def pair(self) -> tuple[str, str]:
         """(source language, target language)."""
-        return self.bundle.source_lang, self.bundle.target_lang
+        return self.bundle.source_lang, self.target
 
     @property
     def provider(self) -> str:
@@ -236,7 +275,8 @@ class Engine:
         def translate(missing: list[str]) -> Awaitable[list[Translation]]:
             return self._translate(missing, options, gone, arrival)
 
-        out, missing = await through_cache(self.cache, texts, cache_key(options), translate, translation_strings)
+        key = (self.target, cache_key(options))  # the cache is shared by a bundle's targets
+        out, missing = await through_cache(self.cache, texts, key, translate, translation_strings)
         self._on_cache(len(texts) - missing, missing)
         return out
 
@@ -420,7 +460,7 @@ class Engine:
             TooLarge: the text is over ``max_tokens``, or the target text over its limits.
         """
         s = self.settings
-        src = self.tokenizer.encode_source(text)
+        src = [*self.prefix, *self.tokenizer.encode_source(text)]
         limit = min(s.max_tokens, self.bundle.spec.max_positions)
         if len(src) > limit:
             raise TooLarge(f"a text has {len(src)} tokens; the limit is max_tokens={limit}", "max_tokens", limit)

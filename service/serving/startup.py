@@ -76,13 +76,13 @@ def check(settings: Settings) -> list[Bundle]:
     bundles = [check_bundle(path, settings) for path in settings.bundles]
     pairs: dict[tuple[str, str], Path] = {}
     for b in bundles:
-        pair = (b.source_lang, b.target_lang)
-        if pair in pairs:
-            raise StartupError(
-                f"{b.path} and {pairs[pair]} both translate {'→'.join(pair)}: serve one bundle per pair "
-                f"({ENV_PREFIX}BUNDLES)"
-            )
-        pairs[pair] = b.path
+        for pair in ((b.source_lang, target) for target in b.targets):
+            if pair in pairs:
+                raise StartupError(
+                    f"{b.path} and {pairs[pair]} both translate {'→'.join(pair)}: serve one bundle per pair "
+                    f"({ENV_PREFIX}BUNDLES)"
+                )
+            pairs[pair] = b.path
     return bundles
 
 
@@ -132,6 +132,9 @@ def consistent(bundle: Bundle) -> None:
     for name in ("pad_id", "eos_id", "unk_id", "decoder_start_id"):
         if not 0 <= getattr(spec, name) < spec.vocab_size:
             raise BundleError(f"{where}, but model.{name}={getattr(spec, name)} is outside it")
+    for target, prefix in bundle.targets.items():
+        if not all(0 <= i < spec.vocab_size for i in prefix):
+            raise BundleError(f"{where}, but target {target}'s prefix {prefix} is outside it")
 
 
 def bind(settings: Settings) -> socket.socket:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from babel import Locale, UnknownLocaleError
 from fastapi import APIRouter, Request
 
 from service.http.schemas import Language
@@ -16,7 +17,18 @@ LANGUAGE_NAMES = {
     "ar": "Arabic", "de": "German", "en": "English", "es": "Spanish", "fi": "Finnish", "fr": "French",
     "it": "Italian", "ja": "Japanese", "ko": "Korean", "nl": "Dutch", "pl": "Polish", "pt": "Portuguese",
     "ru": "Russian", "sv": "Swedish", "tr": "Turkish", "uk": "Ukrainian", "zh": "Chinese",
+    "zt": "Chinese (traditional)",
 }  # fmt: skip
+
+
+def language_name(code: str) -> str:
+    """LibreTranslate's name for the languages it lists, else CLDR's English name (babel), else the code."""
+    if code in LANGUAGE_NAMES:
+        return LANGUAGE_NAMES[code]
+    try:
+        return str(Locale.parse(code).english_name)
+    except (UnknownLocaleError, ValueError):
+        return code
 
 
 @router.get("/languages", response_model=list[Language])
@@ -27,4 +39,4 @@ async def languages(request: Request) -> list[dict[str, Any]]:
     for source, target in state.served():
         targets.setdefault(source, set()).add(target)
         targets.setdefault(target, set())
-    return [{"code": c, "name": LANGUAGE_NAMES.get(c, c), "targets": sorted(t)} for c, t in sorted(targets.items())]
+    return [{"code": c, "name": language_name(c), "targets": sorted(t)} for c, t in sorted(targets.items())]

@@ -26,7 +26,8 @@ async def readyz(request: Request) -> Response:
     state = state_of(request)
     if not state.ready:
         return error(503, state.not_ready, {"Retry-After": "1"})
-    return JSONResponse({"status": "ready", "models": [e.bundle.name for e in state.engines.values()]})
+    models = list(dict.fromkeys(e.bundle.name for e in state.engines.values()))  # a bundle's targets: one model
+    return JSONResponse({"status": "ready", "models": models})
 
 
 @router.get("/metrics", include_in_schema=False)

@@ -16,7 +16,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from service.decoding import DecodeRequest, DecodeResult
-from service.errors import NoSuchIndex, TooLarge
+from service.errors import NoSuchIndex, TooLarge, UnknownPair
 from service.http import errors
 from service.runtime.bundle import ModelSpec
 from service.serving.engine import Engine, Runners
@@ -56,11 +56,24 @@ class Bundle:
     source_lang: str = "en"
     target_lang: str = "ja"
     manifest: dict[str, Any] = field(default_factory=dict)  # no calibration
+    targets: dict[str, list[int]] = field(default_factory=lambda: {"ja": []})
 
 
-def fake_engine(**settings: Any) -> Engine:
+def fake_engine(bundle: Bundle | None = None, **settings: Any) -> Engine:
     runner = Runner()
-    return Engine(Bundle(), Settings(max_wait_ms=1, **settings), Runners(runner, runner))  # type: ignore[arg-type]
+    return Engine(bundle or Bundle(), Settings(max_wait_ms=1, **settings), Runners(runner, runner))  # type: ignore[arg-type]
+
+
+def test_each_target_opens_its_sources_with_its_prefix() -> None:
+    engine = fake_engine(Bundle(targets={"es": [7], "pt": [8]}))
+    plain = fake_engine()._request("Open the file", Options(), False).src
+    assert (engine.pair, engine._request("Open the file", Options(), False).src) == (("en", "es"), [7, *plain])
+    other = engine.for_target("pt")
+    assert (other.pair, other._request("Open the file", Options(), False).src) == (("en", "pt"), [8, *plain])
+    assert other.schedulers is engine.schedulers and other.runners is engine.runners
+    assert [e.pair for e in engine.for_targets()] == [("en", "es"), ("en", "pt")]
+    with pytest.raises(UnknownPair, match="not de"):
+        engine.for_target("de")
 
 
 def test_translate_through_the_schedulers_equals_decoding_now() -> None:

@@ -28,6 +28,10 @@ def build_parser() -> argparse.ArgumentParser:  # long: one declaration per subc
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast (CPU with AVX-512-BF16, or CUDA)")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: all cores)")
     p.add_argument("--keep-epochs", type=int, default=5, help="keep the weights of the last N epochs (run/epochs/)")
+    p.add_argument(
+        "--plateau-epochs", type=int, default=0, help="stop once dev chrF gained at most --plateau-gain in N epochs"
+    )
+    p.add_argument("--plateau-gain", type=float, default=0.3, help="chrF points (with --plateau-epochs)")
 
     p = sub.add_parser("average", help="average the weights of checkpoints (e.g. the last epochs') for export")
     p.add_argument("checkpoints", type=Path, nargs="+")
@@ -92,6 +96,8 @@ def main(argv: list[str]) -> int:  # long: one branch per subcommand, each impor
                 warmup=args.warmup,
                 bf16=args.bf16,
                 keep_epochs=args.keep_epochs,
+                plateau_epochs=args.plateau_epochs,
+                plateau_gain=args.plateau_gain,
             )
             print(train(args.corpus, args.run, name=args.name, t=t, threads=args.threads))
         elif args.command == "average":

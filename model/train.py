@@ -44,6 +44,8 @@ class TrainConfig:
     dev_size: int = 1000  # dev sentences decoded for chrF after each epoch
     max_length: int = 128  # longer pairs are skipped (tokens, either side)
     keep_epochs: int = 5  # weights of the last this-many epochs kept in epochs/ for `attnserve average`
+    plateau_epochs: int = 0  # stop once dev chrF has gained no more than plateau_gain over this many epochs (0: never)
+    plateau_gain: float = 0.3
 
 
 @dataclass
@@ -182,7 +184,7 @@ class Trainer:
 
         losses: list[float] = []
         last_save = time.monotonic()
-        while self.progress.epoch < self.t.epochs:
+        while self.progress.epoch < self.t.epochs and not self.plateaued():
             batches = self.epoch_batches()
             bar = tqdm(
                 total=len(batches),
@@ -210,6 +212,15 @@ class Trainer:
             self.end_epoch(tokens / max(time.monotonic() - t0, 1e-9))
             last_save = time.monotonic()
         return losses
+
+    def plateaued(self) -> bool:
+        """Whether dev chrF's best of the last ``plateau_epochs`` epochs beats the best before them by no more than
+        ``plateau_gain``: more epochs would only spend time."""
+        scores = [r["dev_chrf"] for r in self.progress.history if "dev_chrf" in r]
+        n = self.t.plateau_epochs
+        if n <= 0 or len(scores) <= n:
+            return False
+        return max(scores[-n:]) - max(scores[:-n]) <= self.t.plateau_gain
 
     def end_epoch(self, tokens_per_s: float) -> None:
         """Dev chrF, keep the best, move to the next epoch and checkpoint."""

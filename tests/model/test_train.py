@@ -87,3 +87,22 @@ def test_the_last_epochs_weights_are_kept_for_averaging(tmp_path: Path) -> None:
     for key, value in trainer.model.state_dict().items():
         torch.testing.assert_close(last["model"][key], value)
     average_checkpoints(sorted((tmp_path / "epochs").iterdir()), tmp_path / "avg.pt")  # the format it reads
+
+
+@pytest.mark.parametrize(
+    ("scores", "stops"),
+    [
+        ([40.0, 45.0, 45.2, 45.3], True),  # 0.3 over the last two: no more than plateau_gain
+        ([40.0, 45.0, 45.2, 45.4], False),
+        ([40.0, 45.0, 44.0, 43.0], True),  # worse is no gain either
+        ([40.0, 45.0], False),  # nothing before the window to compare with
+    ],
+)
+def test_training_stops_once_dev_chrf_plateaus(tmp_path: Path, scores: list[float], stops: bool) -> None:
+    t = TrainConfig(max_tokens=64, warmup=4, epochs=10, seed=7, checkpoint_minutes=1e9, plateau_epochs=2)
+    trainer = Trainer(CONFIG, t, toy_data(), tmp_path, meta={"name": "toy"})
+    trainer.progress.history = [{"epoch": i + 1, "dev_chrf": s} for i, s in enumerate(scores)]
+    assert trainer.plateaued() is stops
+    trainer.progress.epoch = len(scores)
+    trainer.run(show_progress=False)
+    assert trainer.progress.epoch == (len(scores) if stops else t.epochs)  # toy runs have no dev set: no new scores

@@ -594,6 +594,6 @@ class Engine:
         targets: list[str | None] = [None] * len(prepared.segments)
         if target_text is not None:
             self._check_target(target_text)
-            targets = list(forced_targets(prepared, target_text, self.bundle.target_lang))
+            targets = list(forced_targets(prepared, target_text, self.target))
         segments = zip(prepared.segments, targets, strict=True)
         return prepared, [self._request(s.source, options, True, t) for s, t in segments]

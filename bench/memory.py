@@ -155,7 +155,12 @@ def main() -> None:
     ap.add_argument("--env", nargs="*", default=[], help="extra ATTNSERVE_NAME=value settings")
     ap.add_argument("--no-write", action="store_true", help="print only; leave docs/ alone")
     args = ap.parse_args()
-    env = {"ATTNSERVE_THREADS": "1", **dict(e.split("=", 1) for e in args.env)}
+    # Lines up to max_chars stay whole: the maximal text is one segment of max_tokens, as /attention decodes it.
+    env = {
+        "ATTNSERVE_THREADS": "1",
+        "ATTNSERVE_SENTENCE_SPLIT_CHARS": "5000",
+        **dict(e.split("=", 1) for e in args.env),
+    }
     r = measure(args.bundle, args.requests, args.idle, env)
     lat = np.asarray(r["latencies"])
     idle, peak, after = float(r["idle"]), float(r["peak"]), float(r["after"])  # type: ignore[arg-type]

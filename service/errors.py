@@ -44,6 +44,11 @@ class NoSuchIndex(ServiceError):
     """An attention filter names a layer or head that the model does not have."""
 
 
+class LayoutMismatch(ServiceError):
+    """A forced target text (``target_text``) is not laid out as its source: another number of lines with text, or
+    of sentences on a line that the source's layout cuts into sentences."""
+
+
 class ClientGone(Exception):
     """The caller went away before its answer was ready; its texts' rows were freed."""
 

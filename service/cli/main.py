@@ -134,15 +134,21 @@ def local(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def print_attention(result: AttentionResult) -> None:
-    """Per layer and head: the entropy (how spread the weights are) and, for cross-attention, which source token
-    each target token attends to most."""
-    src, tgt = result.source_tokens, result.target_tokens
-    print(f"{result.text}\nsource: {' '.join(src)}\ntarget: {' '.join(tgt)}")
-    for kind, layers in result.layers.items():
-        for layer, heads in zip(layers, result.weights[kind], strict=True):
-            for head, a in zip(result.heads, heads, strict=True):
-                entropy = float(-(a * np.log(np.clip(a, 1e-12, 1))).sum(-1).mean())
-                line = f"{kind:7s} L{layer} H{head}  entropy {entropy:5.2f}"
-                if kind == "cross":
-                    line += "  " + " ".join(f"{t}→{src[int(j)]}" for t, j in zip(tgt, a.argmax(-1), strict=True))
-                print(line)
+    """The translation, then per segment (a line or sentence, as /translate cuts the text) its tokens and, per layer
+    and head, the entropy (how spread the weights are) and, for cross-attention, which source token each target
+    token attends to most."""
+    print(result.text)
+    several = len(result.segments) > 1
+    for number, segment in enumerate(result.segments, 1):
+        src, tgt = segment.source_tokens, segment.target_tokens
+        if several:
+            print(f"segment {number}: characters {segment.source[0]}-{segment.source[1]}: {segment.model_input}")
+        print(f"source: {' '.join(src)}\ntarget: {' '.join(tgt)}")
+        for kind, layers in result.layers.items():
+            for layer, heads in zip(layers, segment.weights[kind], strict=True):
+                for head, a in zip(result.heads, heads, strict=True):
+                    entropy = float(-(a * np.log(np.clip(a, 1e-12, 1))).sum(-1).mean())
+                    line = f"{kind:7s} L{layer} H{head}  entropy {entropy:5.2f}"
+                    if kind == "cross":
+                        line += "  " + " ".join(f"{t}→{src[int(j)]}" for t, j in zip(tgt, a.argmax(-1), strict=True))
+                    print(line)

@@ -21,6 +21,7 @@ from service.errors import (
     AmbiguousSource,
     ClientGone,
     InvalidText,
+    LayoutMismatch,
     NoSuchFile,
     NoSuchIndex,
     NotReady,
@@ -130,6 +131,7 @@ STATUS: dict[type[Exception], Rule] = {
     InvalidField: Rule(422, "invalid"),
     OptionOverLimit: Rule(422, "invalid"),
     NoSuchIndex: Rule(422, "invalid"),
+    LayoutMismatch: Rule(422, "invalid"),
     RequestValidationError: Rule(422, None, lambda e: validation_message(e.errors())),
     ClientGone: Rule(499, None, _gone),
     ClientDisconnect: Rule(499, None, _gone),  # gone while its body was still coming

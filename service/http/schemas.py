@@ -4,9 +4,58 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 Kind = Literal["encoder", "decoder", "cross"]
+# The shipped en→ja model's answers to {"q": ..., "kinds": ["cross"], "layers": [0], "heads": [0]}.
+ATTENTION_EXAMPLES: list[JsonValue] = [
+    {
+        "source_tokens": ["▁Open", "▁file", "</s>"],
+        "target_tokens": ["▁", "ファイルを開く", "</s>"],
+        "decoder_input_tokens": ["<pad>", "▁", "ファイルを開く"],
+        "translatedText": "ファイルを開く\n",
+        "layers": {"cross": [0]},
+        "heads": [0],
+        "cross": [[[[0.51289, 0.006471, 0.480639], [0.648932, 0.017701, 0.333367], [0.023193, 0.069155, 0.907652]]]],
+        "segments": [
+            {
+                "source_offsets": [0, 9],
+                "target_offsets": [0, 7],
+                "model_input": "Open file",
+                "source_tokens": ["▁Open", "▁file", "</s>"],
+                "target_tokens": ["▁", "ファイルを開く", "</s>"],
+                "decoder_input_tokens": ["<pad>", "▁", "ファイルを開く"],
+            }
+        ],
+    },
+    {
+        "translatedText": "%sを開く\n保存",
+        "layers": {"cross": [0]},
+        "heads": [0],
+        "segments": [
+            {
+                "source_offsets": [0, 7],
+                "target_offsets": [0, 5],
+                "model_input": "Open {0}",
+                "source_tokens": ["▁Open", "▁{0}", "</s>"],
+                "target_tokens": ["▁{0}", "を開く", "</s>"],
+                "decoder_input_tokens": ["<pad>", "▁{0}", "を開く"],
+                "cross": [
+                    [[[0.622868, 0.190889, 0.186243], [0.820634, 0.087947, 0.091419], [0.015936, 0.027979, 0.956084]]]
+                ],
+            },
+            {
+                "source_offsets": [8, 12],
+                "target_offsets": [6, 8],
+                "model_input": "Save",
+                "source_tokens": ["▁Save", "</s>"],
+                "target_tokens": ["▁", "保存", "</s>"],
+                "decoder_input_tokens": ["<pad>", "▁", "保存"],
+                "cross": [[[[0.298262, 0.701738], [0.882668, 0.117332], [0.377884, 0.622116]]]],
+            },
+        ],
+    },
+]
 
 
 class TranslateRequest(BaseModel):
@@ -84,14 +133,25 @@ class AttentionRequest(BaseModel):
                 {"q": "Open file", "source": "en", "target": "ja"},
                 {"q": "Open file", "source": "en", "target": "ja", "target_text": "ファイルを開く", "kinds": ["cross"]},
                 {"q": "Settings", "source": "en", "target": "ja", "layers": [0], "heads": [0, 1]},
+                {"q": "Open %s\nSave", "source": "en", "target": "ja", "kinds": ["cross"], "layers": [0], "heads": [0]},
+                {"q": "Open %s\nSave", "source": "en", "target": "ja", "target_text": "%sを開く\n保存"},
             ]
         },
     )
 
-    q: str = Field(description="One text (not empty: 400).")
+    q: str = Field(
+        description="One text (not empty: 400), cut into lines and sentences and its protected spans masked as "
+        "/translate does: the translation is /translate's."
+    )
     source: str = "auto"
     target: str
-    target_text: str | None = Field(None, description="Force-decode this translation instead of searching.")
+    target_text: str | None = Field(
+        None,
+        description="Force-decode this translation instead of searching: the same lines with text as q (and the "
+        "same sentences on a line q's layout cuts into sentences), else 422.",
+    )
+    glossary: dict[str, str] | None = Field(None, description="As /translate's.")
+    keep: list[str] | None = Field(None, description="As /translate's.")
     layers: list[int] | None = Field(None, description="Layer indices to return (default all).")
     heads: list[int] | None = Field(None, description="Head indices to return (default all).")
     kinds: list[Kind] = Field(["encoder", "decoder", "cross"], min_length=1, description="Attention kinds.")
@@ -115,22 +175,45 @@ class EncodedArray(BaseModel):
     scale: float | None = Field(None, description="uint8 only: weight = byte × scale (1/255).")
 
 
+Weights = list[list[list[list[float]]]] | EncodedArray
+
+
+class AttentionSegment(BaseModel):
+    """One decoded line or sentence of the text: where it stands, what the model read, its tokens and (when the
+    text has several segments) its weights, [layer][head][query][key] per kind."""
+
+    source_offsets: list[int] = Field(description="[start, end): q[start:end] is the segment (Unicode code points).")
+    target_offsets: list[int] = Field(description="[start, end): its translation in translatedText (code points).")
+    model_input: str = Field(description="What the model read: the segment with its protected spans' stand-ins.")
+    source_tokens: list[str]
+    target_tokens: list[str]
+    decoder_input_tokens: list[str]
+    encoder: Weights | None = None
+    decoder: Weights | None = None
+    cross: Weights | None = None
+
+
 class AttentionResponse(BaseModel):
     """Arrays are [layer][head][query][key]: encoder [S][S], decoder [T][T] (0 above the diagonal), cross [T][S].
 
     Query t of decoder and cross attention is the step that produced ``target_tokens[t]`` from
-    ``decoder_input_tokens[t]``; decoder self-attention keys are ``decoder_input_tokens``.
+    ``decoder_input_tokens[t]``; decoder self-attention keys are ``decoder_input_tokens``. A text of one segment
+    has its tokens and arrays at the top level (its segment entry has none); a text of several segments has them
+    in each segment entry only.
     """
 
-    source_tokens: list[str]
-    target_tokens: list[str]
-    decoder_input_tokens: list[str]
+    model_config = ConfigDict(json_schema_extra={"examples": ATTENTION_EXAMPLES})
+
+    source_tokens: list[str] | None = None
+    target_tokens: list[str] | None = None
+    decoder_input_tokens: list[str] | None = None
     translatedText: str
     layers: dict[str, list[int]]
     heads: list[int]
-    encoder: list[list[list[list[float]]]] | EncodedArray | None = None
-    decoder: list[list[list[list[float]]]] | EncodedArray | None = None
-    cross: list[list[list[list[float]]]] | EncodedArray | None = None
+    encoder: Weights | None = None
+    decoder: Weights | None = None
+    cross: Weights | None = None
+    segments: list[AttentionSegment]
 
 
 class Language(BaseModel):

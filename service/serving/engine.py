@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Protocol
 
 import numpy as np
-import numpy.typing as npt
 
 from service.decoding import BatchDecoder, DecodeRequest, DecodeResult, Hypothesis, StepRunner, decode
 from service.errors import ClientGone, NoSuchIndex, TooLarge, UnknownPair
@@ -30,6 +29,7 @@ from service.serving.budget import Budget, MiB, answer_bytes, request_bytes
 from service.serving.cache import LruCache, through_cache
 from service.serving.confidence import Calibration, Evidence, coverage, is_content
 from service.serving.core_sharing import WhileSaturated
+from service.serving.explain import explained
 from service.serving.scheduler import DeadlineExceeded, Scheduler, StepStats
 from service.serving.translation import (
     AttentionResult,
@@ -45,6 +45,7 @@ from service.serving.translation import (
     translation_strings,
 )
 from service.settings import Settings
+from service.text.forced import forced_targets
 from service.text.glossary import read_glossary
 from service.text.pipeline import Prepared, TextPipeline
 
@@ -425,29 +426,32 @@ class Engine:
         gone: Gone | None = None,
         arrival: float | None = None,
     ) -> AttentionResult:
-        """Translate (or force-decode ``target_text``) one text on the exact graphs, with its attention weights.
+        """Translate (or force-decode ``target_text``) one text on the exact graphs, with its attention weights: the
+        text is cut into segments and its spans masked as :meth:`translate` does, so it gets the same translation.
 
         Raises:
             NoSuchIndex: a layer or head in ``filters`` that the model does not have.
             TooLarge: the text or the target text is over a limit, or its weights over the memory budget.
+            LayoutMismatch: ``target_text`` is not laid out as the text (service/text/forced.py).
             QueueFull, DeadlineExceeded, ClientGone: as :meth:`translate`.
         """
-        request = self._attention_request(text, options, filters, target_text)
-        check_servable([request], self.settings)
+        prepared, requests = self._attention_requests(text, options, filters, target_text)
+        check_servable(requests, self.settings)
         deadline = (arrival or time.monotonic()) + self.settings.request_timeout_s
-        size = request_bytes(request, self.bundle.spec) + answer_bytes(self.bundle.spec, request, filters)
+        spec = self.bundle.spec
+        size = sum(request_bytes(r, spec) + answer_bytes(spec, r, filters) for r in requests)
         async with self.budget.hold(size, deadline):
-            self._on_input(len(request.src))
-            (result,) = await self._wait([request], True, gone, deadline)
-            return self._attention_result(request, result, filters)
+            self._on_input(sum(len(r.src) for r in requests))
+            results = await self._wait(requests, True, gone, deadline)
+            return explained(self.text, spec, prepared, list(zip(requests, results, strict=True)), filters)
 
     def attention_now(
         self, text: str, options: Options, filters: Filters, target_text: str | None = None
     ) -> AttentionResult:
         """:meth:`attention` without a scheduler (the command line)."""
-        request = self._attention_request(text, options, filters, target_text)
-        (result,) = self._decode_now([request], True)
-        return self._attention_result(request, result, filters)
+        prepared, requests = self._attention_requests(text, options, filters, target_text)
+        results = self._decode_now(requests, True)
+        return explained(self.text, self.bundle.spec, prepared, list(zip(requests, results, strict=True)), filters)
 
     def warm_up(self) -> None:
         """Decode one short text so that the first real request does not pay for ONNX Runtime's lazy set-up."""
@@ -479,16 +483,26 @@ class Engine:
             scores=attention,  # details, the one answer that reports scores, also asks for attention
         )
 
-    def _forced(self, target_text: str) -> list[int]:
+    def _check_target(self, target_text: str) -> None:
+        """Raises TooLarge for a ``target_text`` over ``max_chars``."""
         s = self.settings
         if len(target_text) > s.max_chars:
             raise TooLarge(
                 f"target_text has {len(target_text)} characters; the limit is {s.max_chars}", "max_chars", s.max_chars
             )
+
+    def _forced(self, target_text: str) -> list[int]:
+        """One segment's forced target ids (its part of a ``target_text`` that :meth:`_check_target` passed).
+
+        Raises:
+            TooLarge: over ``max_length`` tokens.
+            InvalidText: not valid Unicode.
+        """
+        s = self.settings
         forced = self.tokenizer.encode_target(target_text)
         if len(forced) > min(s.max_length, self.bundle.spec.max_positions):
             raise TooLarge(
-                f"target_text has {len(forced)} tokens; the limit is max_length={s.max_length}",
+                f"target_text has {len(forced)} tokens in one line or sentence; the limit is max_length={s.max_length}",
                 "max_length",
                 s.max_length,
             )
@@ -555,10 +569,17 @@ class Engine:
             coverage=[round(float(c), 6) for c in coverage(cross, self.calibration.layers)],
         )
 
-    def _attention_request(
+    def _attention_requests(
         self, text: str, options: Options, filters: Filters, target_text: str | None
-    ) -> DecodeRequest:
-        """Raises NoSuchIndex for a layer or head that does not exist in the requested kinds, else as _request."""
+    ) -> tuple[Prepared, list[DecodeRequest]]:
+        """The text's segments, as :meth:`translate` cuts and masks them, and one request a segment with attention
+        rows (forced to its part of ``target_text``).
+
+        Raises:
+            NoSuchIndex: a layer or head that does not exist in the requested kinds.
+            LayoutMismatch: ``target_text`` is not laid out as the text.
+            TooLarge, InvalidText: as :meth:`_request`.
+        """
         spec = self.bundle.spec
         for kind in filters.kinds:
             n = spec.n_encoder_layers if kind == "encoder" else spec.n_decoder_layers
@@ -569,35 +590,10 @@ class Engine:
         if bad:
             raise NoSuchIndex(f"heads {bad} do not exist: the model has heads 0..{spec.h - 1}")
         self._check([text])
-        return self._request(text, options, True, target_text)
-
-    def _attention_result(self, request: DecodeRequest, result: DecodeResult, filters: Filters) -> AttentionResult:
-        hyp = result.hypotheses[0]
-        spec = self.bundle.spec
-        T = len(hyp.tokens)
-        self_att = np.zeros((spec.n_decoder_layers, spec.h, T, T), np.float32)
-        for t, row in enumerate(hyp.self_attention):  # row (L, h, t + 1): no position attends to a later one
-            self_att[:, :, t, : t + 1] = row
-        arrays = {
-            "encoder": result.encoder_attention,  # (L_enc, h, S, S)
-            "decoder": self_att,
-            "cross": np.stack(hyp.cross_attention, axis=2),  # (L_dec, h, T, S)
-        }
-        heads = list(range(spec.h)) if filters.heads is None else filters.heads
-        layers: dict[str, list[int]] = {}
-        weights: dict[str, npt.NDArray[np.float64]] = {}
-        for kind in dict.fromkeys(filters.kinds):
-            a = arrays[kind]
-            assert a is not None
-            layers[kind] = list(range(a.shape[0])) if filters.layers is None else filters.layers
-            weights[kind] = a[layers[kind]][:, heads].astype(np.float64).round(6)
-        start = self.tokenizer.pieces([spec.decoder_start_id])
-        return AttentionResult(
-            source_tokens=self.tokenizer.pieces(request.src),
-            target_tokens=self.tokenizer.pieces(hyp.tokens),
-            decoder_input_tokens=start + self.tokenizer.pieces(hyp.tokens[:-1]),
-            text=self.tokenizer.decode(hyp.tokens),
-            heads=heads,
-            layers=layers,
-            weights=weights,
-        )
+        prepared = self.text.segmented(text, options.glossary, options.keep)
+        targets: list[str | None] = [None] * len(prepared.segments)
+        if target_text is not None:
+            self._check_target(target_text)
+            targets = list(forced_targets(prepared, target_text, self.target))
+        segments = zip(prepared.segments, targets, strict=True)
+        return prepared, [self._request(s.source, options, True, t) for s, t in segments]

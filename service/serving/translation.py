@@ -79,20 +79,43 @@ class Translation:
 
 
 @dataclass(frozen=True)
-class AttentionResult:
-    """A translation with its attention weights, [layer][head][query][key] per kind, rounded to six decimals.
+class SegmentAttention:
+    """One decoded segment of an /attention text (a line or sentence, as /translate cuts it) with its weights,
+    [layer][head][query][key] per kind, rounded to six decimals.
 
     Query t of decoder and cross attention is the step that produced ``target_tokens[t]`` from
     ``decoder_input_tokens[t]``; decoder self-attention is 0 above the diagonal.
+
+    Attributes:
+        source: the characters of the text that the segment translates, ``text[start:end]``.
+        target: the characters of the translation that are its translation.
+        model_input: what the model read: the segment with each group of protected spans replaced by its stand-in.
     """
 
+    source: tuple[int, int]
+    target: tuple[int, int]
+    model_input: str
     source_tokens: list[str]
     target_tokens: list[str]
     decoder_input_tokens: list[str]
+    weights: dict[str, npt.NDArray[np.float64]]
+
+
+@dataclass(frozen=True)
+class AttentionResult:
+    """A text's translation, as /translate gives it, with each of its segments' attention weights.
+
+    Attributes:
+        text: the translation.
+        heads: the heads returned (the same for every kind and segment).
+        layers: per kind, in the order asked, the layers returned.
+        segments: in the text's order.
+    """
+
     text: str
     heads: list[int]
-    layers: dict[str, list[int]]  # per kind, in the order asked
-    weights: dict[str, npt.NDArray[np.float64]]
+    layers: dict[str, list[int]]
+    segments: list[SegmentAttention]
 
 
 def check_unicode(texts: Sequence[str]) -> None:

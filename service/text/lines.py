@@ -25,6 +25,16 @@ class Layout:
         """The stretches to translate, in order."""
         return self.pieces[1::2]
 
+    @property
+    def starts(self) -> list[int]:
+        """Where each stretch starts in the text (a character index)."""
+        out, at = [], 0
+        for i, piece in enumerate(self.pieces):
+            if i % 2:
+                out.append(at)
+            at += len(piece)
+        return out
+
     def join(self, translations: list[str]) -> str:
         """The text with each stretch replaced by its translation, whitespace unchanged."""
         out = list(self.pieces)

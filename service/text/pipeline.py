@@ -37,11 +37,20 @@ class Prepared:
     Attributes:
         segments: every text's segments, in order, decoded together in one call.
         layouts: per text, its layout; each stretch has ``counts[i]`` segments, each segment its edge whitespace.
+        offsets: per segment, the characters of its text that it translates (``text[start:end]``, before masking).
     """
 
     segments: list[Segment] = field(default_factory=list)
     layouts: list[Layout] = field(default_factory=list)
     parts: list[list[list[tuple[str, str]]]] = field(default_factory=list)  # text → stretch → (lead, trail)
+    offsets: list[tuple[int, int]] = field(default_factory=list)
+
+    def add_plain(self, text: str) -> None:
+        """Add a text that decodes whole, as the fast path decodes it."""
+        self.segments.append(Segment(text, None, plain=True))
+        self.layouts.append(Layout(["", text, ""]))
+        self.parts.append([[("", "")]])
+        self.offsets.append((0, len(text)))
 
     def ranges(self) -> list[range]:
         """Per text, the indices of its segments in :attr:`segments`."""
@@ -68,6 +77,23 @@ class Prepared:
                 joined = [_joined(st, hs, k) for st, hs in zip(stretches, texts, strict=True)]
                 versions.append(lay.join(joined))
             out.append((versions[0], versions))
+        return out
+
+    def placed(self, outputs: list[str]) -> list[list[tuple[int, int]]]:
+        """Per text, where each of its segments' texts stands in the translation that :meth:`finish` joins from
+        ``outputs`` (one text a segment): ``translation[start:end]`` is the segment's text."""
+        it = iter(outputs)
+        out = []
+        for lay, stretches in zip(self.layouts, self.parts, strict=True):
+            places = []
+            at = 0
+            for k, stretch in enumerate(stretches):
+                at += len(lay.pieces[2 * k])  # the whitespace before the stretch
+                for lead, trail in stretch:
+                    n = len(next(it))
+                    places.append((at + len(lead), at + len(lead) + n))
+                    at += len(lead) + n + len(trail)
+            out.append(places)
         return out
 
 
@@ -126,13 +152,11 @@ class TextPipeline:
         prepared = Prepared()
         for text in texts:
             if self.plain(text) and not keep and not any(t in text for t in terms):
-                prepared.segments.append(Segment(text, None, plain=True))
-                prepared.layouts.append(Layout(["", text, ""]))
-                prepared.parts.append([[("", "")]])
+                prepared.add_plain(text)
                 continue
             lay = layout(text)
             stretches = []
-            for stretch in lay.stretches:
+            for stretch, at in zip(lay.stretches, lay.starts, strict=True):
                 parts = []
                 for sentence in sentences(stretch, self.language, self.split_chars):
                     body = sentence.strip()
@@ -141,10 +165,20 @@ class TextPipeline:
                     spans = find_spans(body, self.vocabulary, terms, keep)
                     masked = mask(body, spans) if spans else None
                     prepared.segments.append(Segment(masked.text if masked else body, masked))
+                    prepared.offsets.append((at + len(lead), at + len(lead) + len(body)))
                     parts.append((lead, trail))
+                    at += len(sentence)
                 stretches.append(parts)
             prepared.layouts.append(lay)
             prepared.parts.append(stretches)
+        return prepared
+
+    def segmented(self, text: str, glossary: Mapping[str, str] | None = None, keep: Sequence[str] = ()) -> Prepared:
+        """One text as :meth:`prepare` cuts it for /translate, a plain text as one segment."""
+        prepared = self.prepare([text], glossary, keep)
+        if prepared is None:
+            prepared = Prepared()
+            prepared.add_plain(text)
         return prepared
 
     def needs_attention(self, segment: Segment, hyp: Hypothesis) -> bool:

@@ -1,4 +1,5 @@
-"""POST /attention: one text's translation with every attention weight and its tokens."""
+"""POST /attention: one text's translation, as /translate gives it, with every attention weight of each of its
+segments (lines, sentences) and their tokens."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from service.http.limits import check_options
 from service.http.openapi import ERRORS, request_body
 from service.http.schemas import AttentionRequest, AttentionResponse
 from service.http.state import state_of
-from service.serving.translation import AttentionResult, Filters, Options
+from service.serving.translation import AttentionResult, Filters, Options, SegmentAttention
 
 router = APIRouter()
 GZIP_LEVEL = 1  # the body is mostly digits or near-zero bytes: level 1 gets most of the gain for a fraction of the time
@@ -32,7 +33,8 @@ GZIP_LEVEL = 1  # the body is mostly digits or near-zero bytes: level 1 gets mos
     openapi_extra=request_body("AttentionRequest", "application/json"),
 )
 async def attention(request: Request) -> Response:
-    """Translate (or force-decode ``target_text``) one text and return every attention weight with its tokens."""
+    """Translate (or force-decode ``target_text``) one text as /translate does and return every attention weight of
+    each of its segments with their tokens."""
     arrival = time.monotonic()  # the deadline counts from here
     state = state_of(request)
     body = await parse_body(request, AttentionRequest)
@@ -43,7 +45,9 @@ async def attention(request: Request) -> Response:
     if source == "auto":
         source = detect_sources(state.detector, [body.q], body.target, list(state.served()))[0].language
     engine, _ = state.engine(source, body.target)
-    options = Options(beam_size=body.beam_size, max_length=body.max_length)
+    options = Options(
+        beam_size=body.beam_size, max_length=body.max_length, glossary=body.glossary, keep=tuple(body.keep or ())
+    )
     check_options(state.settings, options)
     filters = Filters(body.kinds, body.layers, body.heads)
     result = await engine.attention(body.q, options, filters, body.target_text, request.is_disconnected, arrival)
@@ -54,18 +58,40 @@ async def attention(request: Request) -> Response:
 
 
 def answer(result: AttentionResult, encoding: Encoding = "json") -> dict[str, Any]:
-    """The response body: tokens, translation and [layer][head][query][key] weights per kind."""
-    body: dict[str, Any] = {
-        "source_tokens": result.source_tokens,
-        "target_tokens": result.target_tokens,
-        "decoder_input_tokens": result.decoder_input_tokens,
+    """The response body: the translation and its segments, each with its offsets, tokens and [layer][head][query]
+    [key] weights per kind. A text of one segment has its tokens and weights at the top level, where bertviz and
+    the clients of one sentence read them, and its one segment entry has no weights of its own."""
+    segments = [_segment(s) for s in result.segments]
+    if len(segments) != 1:
+        for entry, s in zip(segments, result.segments, strict=True):
+            entry.update(_weights(s, encoding))
+        return {"translatedText": result.text, "layers": result.layers, "heads": result.heads, "segments": segments}
+    (only,) = result.segments
+    return {
+        "source_tokens": only.source_tokens,
+        "target_tokens": only.target_tokens,
+        "decoder_input_tokens": only.decoder_input_tokens,
         "translatedText": result.text,
         "layers": result.layers,
         "heads": result.heads,
+        **_weights(only, encoding),
+        "segments": segments,
     }
-    for kind, weights in result.weights.items():
-        body[kind] = encode(weights, encoding)
-    return body
+
+
+def _segment(s: SegmentAttention) -> dict[str, Any]:
+    return {
+        "source_offsets": list(s.source),
+        "target_offsets": list(s.target),
+        "model_input": s.model_input,
+        "source_tokens": s.source_tokens,
+        "target_tokens": s.target_tokens,
+        "decoder_input_tokens": s.decoder_input_tokens,
+    }
+
+
+def _weights(s: SegmentAttention, encoding: Encoding) -> dict[str, Any]:
+    return {kind: encode(weights, encoding) for kind, weights in s.weights.items()}
 
 
 def render(result: AttentionResult, encoding: Encoding, gzipped: bool) -> bytes:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -10,12 +11,31 @@ import pytest
 from service.cli.main import main
 from service.runtime.runner import ProviderError, choose_provider
 
+SHIPPED = Path(__file__).resolve().parents[3] / "model" / "bundles" / "en-ja"
+
 
 def test_attention_summary(tiny_bundle: Path, capsys: pytest.CaptureFixture) -> None:
     assert main(["attention", "Open file", "--bundle", str(tiny_bundle), "--target-text", "ファイルを開く"]) == 0
     out = capsys.readouterr().out
     assert out.count("cross   L") == 2 * 4 and out.count("encoder L") == 2 * 4
     assert "→" in out and "entropy" in out
+
+
+def test_attention_follows_translate_segment_by_segment(tiny_bundle: Path, capsys: pytest.CaptureFixture) -> None:
+    text = "  Open %s\n\nSave the file\n"
+    assert main(["translate", text, "--bundle", str(tiny_bundle), "--json"]) == 0
+    (translated,) = json.loads(capsys.readouterr().out)
+    assert main(["attention", text, "--bundle", str(tiny_bundle)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(translated + "\n")
+    assert "segment 1: characters 2-9: Open {0}" in out and "segment 2: characters 11-24: Save the file" in out
+    assert out.count("cross   L") == 2 * 2 * 4 and "<0x0A>" not in out.split("segment 1")[1].split("target:")[0]
+
+
+def test_attention_on_the_shipped_model_explains_its_translation(capsys: pytest.CaptureFixture) -> None:
+    assert main(["attention", "Open the selected file\n", "--bundle", str(SHIPPED)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("選択したファイルを開く\n\nsource: ▁Open ▁the ▁selected ▁file </s>\n")
 
 
 def test_bad_bundle_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

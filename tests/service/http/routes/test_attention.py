@@ -128,3 +128,108 @@ def test_gzip_only_when_the_client_accepts_it(server: Server) -> None:
 def test_attention_is_503_while_the_models_load(loading_server: Server, source: str) -> None:
     with loading_server.client() as c:
         assert_loading(c.post("/attention", json={"q": "Open file", "source": source, "target": "ja"}))
+
+
+# Texts that /translate cuts, masks or both: edge whitespace, several lines (empty ones, \r\n), several sentences on
+# a line longer than sentence_split_chars (200), and protected spans (printf, braces, tags).
+LONG_LINE = (
+    "Delete the selected files? The files are removed from the disk and cannot be restored later. "
+    "Choose another folder to keep a copy of them first. "
+    "Close the window to cancel the operation now, or wait for it to end."
+)
+assert len(LONG_LINE) > 200
+LAID_OUT = [
+    "Open the selected file\n",
+    "  Delete the selected files?  ",
+    "Open file\r\n\nSave the file\nClose",
+    LONG_LINE,
+    "Save %s as %d files",
+    "Open {name} in {0} now",
+    "Click <b>Open</b> to see the <i>file</i>",
+    f" Open %1$s\n\n{LONG_LINE} <a href='x'>here</a>\n",
+]
+
+
+def segments_of(body: dict) -> list[dict]:
+    """Each segment with its tokens and weights, wherever the answer puts them (top level for one segment)."""
+    if len(body["segments"]) == 1:
+        return [{**body["segments"][0], **{k: body[k] for k in KINDS if k in body}}]
+    return body["segments"]
+
+
+@pytest.mark.parametrize("text", LAID_OUT)
+def test_attention_explains_the_translation_that_translate_gives(server: Server, text: str) -> None:
+    with server.client() as c:
+        translated = c.post("/translate", json={"q": text, "source": "en", "target": "ja"}).json()["translatedText"]
+    body = attention(server, q=text)
+    assert body["translatedText"] == translated
+    for segment in segments_of(body):
+        start, end = segment["source_offsets"]
+        assert text[start:end] == text[start:end].strip() != ""
+        assert "<0x0A>" not in segment["source_tokens"] and "<0x0D>" not in segment["source_tokens"]
+        assert "\n" not in translated[slice(*segment["target_offsets"])]
+        S, T = len(segment["source_tokens"]), len(segment["target_tokens"])
+        for kind, (rows, cols) in {"encoder": (S, S), "decoder": (T, T), "cross": (T, S)}.items():
+            a = np.array(segment[kind])
+            assert a.shape[2:] == (rows, cols), kind  # bertviz's [layer][head][query][key] within the segment
+            np.testing.assert_allclose(a.sum(-1), 1.0, atol=cols * 5e-7 + 1e-6)  # each weight rounded to 1e-6
+
+
+def test_a_text_of_one_segment_answers_as_a_plain_sentence_does(server: Server) -> None:
+    plain, spaced = attention(server, q="Open the selected file"), attention(server, q="Open the selected file\n")
+    assert spaced["translatedText"] == plain["translatedText"] + "\n"
+    for body in (plain, spaced):
+        (segment,) = body["segments"]
+        assert not set(KINDS) & set(segment)  # the weights are at the top level only
+        assert segment["source_offsets"] == [0, 22] and segment["model_input"] == "Open the selected file"
+        assert segment["target_offsets"] == [0, len(plain["translatedText"])]
+        assert all(segment[k] == body[k] for k in ("source_tokens", "target_tokens", "decoder_input_tokens"))
+    assert {k: v for k, v in spaced.items() if k != "translatedText"} == {
+        k: v for k, v in plain.items() if k != "translatedText"
+    }
+
+
+def test_segments_carry_their_offsets_and_weights(server: Server) -> None:
+    text = "  Save %s now\n\nOpen the file  "
+    body = attention(server, q=text)
+    assert not {"source_tokens", "target_tokens", "decoder_input_tokens", *KINDS} & set(body)
+    first, second = body["segments"]
+    assert (first["source_offsets"], first["model_input"]) == ([2, 13], "Save {0} now")
+    assert (second["source_offsets"], second["model_input"]) == ([15, 28], "Open the file")
+    translation = body["translatedText"]
+    assert translation.startswith("  ") and translation.endswith("  ") and "\n\n" in translation
+    assert "%s" in translation[slice(*first["target_offsets"])]
+    alone = attention(server, q="Open the file")  # a segment's weights are those of its line alone (batched: 1e-5)
+    assert second["target_tokens"] == alone["target_tokens"]
+    for kind in KINDS:
+        np.testing.assert_allclose(np.array(second[kind]), np.array(alone[kind]), atol=1e-5)
+
+
+def test_a_forced_target_is_laid_out_as_its_source(server: Server, tiny_bundle: Path) -> None:
+    tok = load_bundle(tiny_bundle).tokenizer
+    body = attention(server, q="Open %s\n\nSave the file", target_text="%s を開く\nファイルを保存")
+    first, second = body["segments"]
+    assert first["target_tokens"] == tok.pieces(tok.encode_target("{0} を開く"))
+    assert second["target_tokens"] == tok.pieces(tok.encode_target("ファイルを保存"))
+    assert body["translatedText"].split("\n\n")[1] == "ファイルを保存"
+    assert "%s" in body["translatedText"].split("\n\n")[0]
+    with server.client() as c:
+        r = c.post("/attention", json={"q": "Open file\nSave", "target": "ja", "target_text": "ファイルを開く"})
+    assert r.status_code == 422
+    assert r.json()["error"].startswith("target_text has 1 lines with text where q has 2")
+
+
+@pytest.mark.parametrize(("encoding", "atol"), [("float16", 5e-4), ("uint8", 0.5 / 255)])
+def test_compact_encodings_and_gzip_carry_every_segment(server: Server, encoding: str, atol: float) -> None:
+    body = {"q": "Open the file\nSave %s", "source": "en", "target": "ja", "max_length": 9}
+    with httpx.Client(base_url=server.url, timeout=60) as c:
+        plain = c.post("/attention", json=body).json()
+        zipped = c.post("/attention", json={**body, "encoding": encoding}, headers={"Accept-Encoding": "gzip"})
+    assert zipped.headers["content-encoding"] == "gzip"
+    compact = zipped.json()
+    assert len(compact["segments"]) == len(plain["segments"]) == 2
+    for ours, theirs in zip(compact["segments"], plain["segments"], strict=True):
+        assert {k: v for k, v in ours.items() if k not in KINDS} == {k: v for k, v in theirs.items() if k not in KINDS}
+        for kind in KINDS:
+            assert ours[kind]["dtype"] == encoding
+            np.testing.assert_allclose(arrays.decode(ours[kind]), np.array(theirs[kind]), atol=atol)

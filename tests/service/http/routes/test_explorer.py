@@ -29,7 +29,12 @@ LAYERS, HEADS = 2, 4  # the tiny bundle's decoder and encoder layers, and heads
 
 
 def label(piece: str) -> str:
-    """How the page shows a SentencePiece piece: no word-start marker, a lone marker as ␣."""
+    """How the page shows a SentencePiece piece: no word-start marker, a lone marker as ␣; a byte piece as its
+    character, ↵ or ⇥ for a line break or tab, else as an escape."""
+    if byte := re.fullmatch(r"<0x([0-9A-F]{2})>", piece):
+        code = int(byte[1], 16)
+        symbols = {0x0A: "↵", 0x0D: "↵", 0x09: "⇥"}
+        return symbols.get(code) or (chr(code) if 0x20 < code < 0x7F else f"\\x{byte[1]}")
     return piece.removeprefix("▁").replace("▁", " ") or "␣"
 
 
@@ -253,3 +258,51 @@ def test_phone_width(open_page: Callable[..., Explorer]) -> None:
     ex.page.screenshot(path=ARTIFACTS / "explorer-phone.png", full_page=True)
     assert ex.errors == []
     assert ex.outside() == []
+
+
+def test_a_text_of_several_segments_is_shown_segment_by_segment(
+    open_page: Callable[..., Explorer], server: Server
+) -> None:
+    ex = open_page(DESKTOP)
+    page = ex.page
+    text = "Open the selected file\n\n  Save %s now\nClose <b>all</b> windows."
+    status, body = translate(page, text)
+    assert status == 200 and len(body["segments"]) == 3
+    with server.client() as c:
+        translated = c.post("/translate", json={"q": text, "source": "en", "target": "ja"}).json()["translatedText"]
+    assert body["translatedText"] == translated
+    assert page.locator("#translation").text_content() == translated  # its lines kept
+    assert page.locator("#segment-box").is_visible() and page.locator("#segment option").count() == 3
+    for i, segment in enumerate(body["segments"]):
+        page.select_option("#segment", str(i))
+        assert page.locator("#translation mark").text_content() == translated[slice(*segment["target_offsets"])]
+        cols, rows, cells = ex.numbers()
+        assert cols == [label(t) for t in segment["source_tokens"]]
+        assert rows == [label(t) for t in segment["target_tokens"]]
+        assert cells == len(cols) * len(rows)
+        assert not any("<0x" in t for t in cols + rows)
+        weight, _ = ex.hover(1, 1)
+        assert abs(weight - segment["cross"][0][0][1][1]) < 1e-4
+    page.select_option("#segment", "1")
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.mouse.move(0, 0)
+    page.evaluate("window.scrollTo(0, 0)")
+    page.screenshot(path=ARTIFACTS / "explorer-segments.png")
+    assert ex.errors == []
+    assert ex.outside() == []
+
+
+def test_the_issue_example_shows_one_segment_and_no_line_break_token(
+    open_page: Callable[..., Explorer], server: Server
+) -> None:
+    ex = open_page(DESKTOP)
+    status, body = translate(ex.page, "Open the selected file\n")
+    assert status == 200 and len(body["segments"]) == 1
+    assert ex.page.locator("#segment-box").is_hidden()
+    with server.client() as c:
+        r = c.post("/translate", json={"q": "Open the selected file\n", "source": "en", "target": "ja"})
+    assert ex.page.locator("#translation").text_content() == r.json()["translatedText"]
+    cols, rows, _ = ex.numbers()
+    assert cols == [label(t) for t in body["source_tokens"]] and "<0x0A>" not in body["source_tokens"]
+    assert not any("<0x" in t for t in cols + rows)
+    assert ex.errors == []

@@ -23,7 +23,7 @@ PATTERNS: dict[str, str] = {
     "tag": r"</?[A-Za-z][A-Za-z0-9:_-]*"
     r"(?:\s+[A-Za-z_:][-A-Za-z0-9_:.]*(?:\s*=\s*(?:\"[^\"]*\"|'[^']*'|[^\s\"'=<>`]+))?)*\s*/?>",
     # Digits not glued to a Latin letter, "_" or another digit ("60", "1.5", "2,000"; not "mp3"): the model loses and
-    # invents numbers it reads, and keeps more of them masked (docs/BENCHMARKS.md, "Protected spans").
+    # invents numbers it reads, and keeps more of them masked (docs/BENCHMARKS.md, "Whole outputs").
     "number": r"(?<![A-Za-z0-9_])\d+(?:[.,]\d+)*(?![A-Za-z0-9_])",
 }
 SPANS = re.compile("|".join(f"(?P<{kind}>{pattern})" for kind, pattern in PATTERNS.items()))

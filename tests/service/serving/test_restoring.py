@@ -67,6 +67,7 @@ class Bundle:
     source_lang: str = "en"
     target_lang: str = "ja"
     manifest: dict[str, Any] = field(default_factory=dict)
+    targets: dict[str, list[int]] = field(default_factory=lambda: {"ja": []})
 
 
 class Mangler(FakeRunner):

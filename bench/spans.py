@@ -197,7 +197,9 @@ def again_share(engine: Engine, texts: list[str]) -> float:
     assert prepared is not None
     segments = prepared.segments
     requests = engine._segment_requests(prepared, Options())
-    again = engine._unplaced(prepared, decode(engine.runners.fast, requests))
+    results = decode(engine.runners.fast, requests)
+    needs = engine.text.needs_attention
+    again = [s for s, r in zip(segments, results, strict=True) if any(needs(s, h) for h in r.hypotheses)]
     return len(again) / max(1, sum(s.masked is not None for s in segments))
 
 

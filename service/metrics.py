@@ -17,6 +17,7 @@ from prometheus_client import (
     generate_latest,
 )
 
+from service.serving.restoring import PATHS
 from service.serving.scheduler import StepStats
 
 ENDPOINTS = ("translate", "attention", "languages", "other")
@@ -74,6 +75,12 @@ class Metrics:
         self.cache_misses = Counter(
             p + "cache_misses_total", "/translate texts the cache did not hold (cache on).", registry=r
         )
+        self.span_segments = Counter(
+            p + "span_segments_total",
+            "/translate sentences with protected spans, by the path that restored them.",
+            ["path"],
+            registry=r,
+        )
         self.rejected = Counter(p + "rejected_total", "Requests refused, by reason.", ["reason"], registry=r)
         self.model_info = Gauge(
             p + "model_info",
@@ -85,6 +92,8 @@ class Metrics:
             self.rejected.labels(reason)
         for stage in ("encode", "decode"):
             self.inference.labels(stage)
+        for path in PATHS:
+            self.span_segments.labels(path)
 
     def observe_request(self, endpoint: str, status: int, seconds: float) -> None:
         endpoint = endpoint if endpoint in ENDPOINTS else "other"
@@ -113,6 +122,11 @@ class Metrics:
             self.cache_hits.inc(hits)
         if misses:
             self.cache_misses.inc(misses)
+
+    def observe_spans(self, paths: list[str]) -> None:
+        """The path that restored each of one request's sentences with spans (service/serving/restoring.py)."""
+        for path in paths:
+            self.span_segments.labels(path).inc()
 
     def reject(self, reason: str) -> None:
         self.rejected.labels(reason).inc()

@@ -9,6 +9,7 @@ from collections.abc import Hashable, Iterator
 import numpy as np
 
 from service.decoding.caches import CacheLayout
+from service.decoding.constraint import OUTSIDE
 from service.decoding.encoding import Encoded
 from service.decoding.request import DecodeResult
 from service.decoding.rows import Job, Plan, Rows
@@ -132,6 +133,8 @@ class Batch:
         rows.start[at], rows.length[at], rows.last[at], rows.score[at] = T, 0, self.spec.decoder_start_id, 0.0
         rows.alive[at] = np.concatenate([[True], rows_of[1:] != rows_of[:-1]])  # a request's first row
         rows.scored[at] = (np.array([r.scores for r in requests]) | (width >= 2))[rows_of]
+        rows.constrained[at] = np.array([r.constraint is not None for r in requests])[rows_of]
+        rows.state[at], rows.done[at] = OUTSIDE, 0
         for slot, i in zip(at.tolist(), rows_of.tolist(), strict=True):
             rows.attention[slot] = ([], []) if requests[i].attention else None
         self._plan = None
@@ -165,6 +168,7 @@ class Batch:
         caches.store(out)
         logits = out.logits.astype(np.float32, copy=False)  # float16 graphs would give float16
         logits[:, self.spec.pad_id] = -np.inf  # never emit padding
+        self._constrain(logits)
         scores = Scores(logits, rows.scored) if plan.scored else None
         token = greedy(plan, logits, out.tokens)
         force(token, plan, rows, self.jobs)
@@ -197,8 +201,29 @@ class Batch:
             rows.token_scores[ix, n] = logp
             rows.score[ix] += logp
         rows.length[ix] += 1
+        if len(self.plan.constrained):
+            self._advance(ix, chosen)
         if self.plan.attends:
             self._attend(ix, parents, out)
+
+    def _constrain(self, logits: np.ndarray) -> None:
+        """Constrained rows' forbidden tokens get no probability (service/decoding/constraint.py)."""
+        rows = self.rows
+        for r in self.plan.constrained.tolist():
+            constraint = self.jobs[int(rows.job[r])].request.constraint
+            assert constraint is not None
+            logits[r, ~constraint.allowed(int(rows.state[r]), int(rows.done[r]))] = -np.inf
+
+    def _advance(self, ix: np.ndarray, chosen: np.ndarray) -> None:
+        """Constrained rows among ``ix`` read their new tokens ``chosen`` (a beam child carries its parent's state,
+        moved with the row)."""
+        rows = self.rows
+        for r, token in zip(ix.tolist(), chosen.tolist(), strict=True):
+            if rows.constrained[r]:
+                constraint = self.jobs[int(rows.job[r])].request.constraint
+                assert constraint is not None
+                if (step := constraint.advance(int(rows.state[r]), int(rows.done[r]), token)) is not None:
+                    rows.state[r], rows.done[r] = step
 
     def _beams(
         self, scores: Scores, out: StepOutput, token: np.ndarray, done: list[int], finals: list[tuple[int, int]]

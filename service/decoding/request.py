@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from service.decoding.constraint import StandIns
+
 
 @dataclass(frozen=True)
 class DecodeRequest:
@@ -22,6 +24,8 @@ class DecodeRequest:
         attention: collect encoder, decoder and cross attention.
         scores: compute each token's log-probability (the log-softmax over the vocabulary, every step). Beam
             search always does, to rank; without it, greedy and forced hypotheses have NaN scores.
+        constraint: stand-ins the search must emit exactly once each (service/decoding/constraint.py); the
+            tokens it forbids get no probability, and the others' log-probabilities are renormalized over them.
     """
 
     src: list[int]
@@ -32,6 +36,7 @@ class DecodeRequest:
     forced: list[int] | None = None
     attention: bool = False
     scores: bool = True
+    constraint: StandIns | None = None
 
 
 @dataclass

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from service.decoding.constraint import OUTSIDE
 from service.decoding.request import DecodeRequest, Hypothesis
 
 
@@ -30,6 +31,7 @@ class Rows:
 
     ARRAYS = (
         "job", "width", "limit", "start", "alive", "scored", "length", "last", "score", "tokens", "token_scores",
+        "constrained", "state", "done",
     )  # fmt: skip
 
     def __init__(self, n: int = 0, columns: int = 16) -> None:
@@ -45,6 +47,9 @@ class Rows:
         self.tokens = np.zeros((n, columns), np.int64)  # [:, :length]
         self.token_scores = np.zeros((n, columns))
         self.attention: list[Attention | None] = [None] * n  # only for requests that collect attention
+        self.constrained = np.zeros(n, bool)  # its request has a constraint (service/decoding/constraint.py)
+        self.state = np.full(n, OUTSIDE, np.int64)  # the constraint's state: OUTSIDE or the stand-in digits read
+        self.done = np.zeros(n, np.int64)  # the constraint's stand-ins emitted, a bit each
 
     def __len__(self) -> int:
         return len(self.job)
@@ -111,6 +116,7 @@ class Plan:
     scored: bool  # some row needs log-probabilities
     attends: bool  # some row collects attention
     greedy: bool  # every row greedy and unscored: a graph's own greedy tokens serve (no logits)
+    constrained: np.ndarray  # rows whose request has a constraint (their logits are masked)
 
     @classmethod
     def of(cls, rows: Rows) -> Plan:
@@ -121,4 +127,6 @@ class Plan:
         widths = np.unique(rows.width[beam]).tolist() if beam.any() else []
         scored = bool((live & rows.scored).any())
         attends = any(a is not None for a in rows.attention)  # a hole's is None
-        return cls(one, forced, widths, scored, attends, greedy=not (widths or forced or scored))
+        constrained = np.flatnonzero(live & rows.constrained)
+        greedy = not (widths or forced or scored or len(constrained))
+        return cls(one, forced, widths, scored, attends, greedy, constrained)

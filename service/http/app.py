@@ -73,6 +73,7 @@ async def start(state: State, bundles: list[Bundle], on_fatal: Callable[[str], N
                 on_input=metrics.input_tokens.inc,
                 on_cache=metrics.observe_cache,
                 saturation=saturation,
+                on_spans=metrics.observe_spans,
             )
         served = [pair for e in engines for pair in e.for_targets()]  # a bundle's targets share its schedulers
         for e in served:

@@ -109,7 +109,9 @@ class TranslateResponse(BaseModel):
         None,
         description="With return_details: source_tokens, tokens, score, token_scores, alignment, coverage (each "
         "source token's most attention from any step), confidence (0–1, calibrated on dev; null without a "
-        "calibration) and flags ('omission', 'copy'); {} for a text that decoded nothing.",
+        "calibration), flags ('omission', 'copy', 'repetition') and spans (for a text with protected spans, how "
+        "they were restored: 'decoded', 'constrained', 'attention' or 'appended'; else null); {} for a text that "
+        "decoded nothing.",
         examples=[
             {
                 "source_tokens": ["▁Open", "▁file", "</s>"],
@@ -120,7 +122,19 @@ class TranslateResponse(BaseModel):
                 "coverage": [0.445907, 0.345928, 0.80343],
                 "confidence": 0.76647,
                 "flags": [],
-            }
+                "spans": None,
+            },
+            {
+                "source_tokens": ["▁Open", "▁{0}", "</s>"],
+                "tokens": ["▁{0}", "を開く", "</s>"],
+                "score": -0.573294,
+                "token_scores": [-0.032027, -0.458038, -0.083228],
+                "alignment": [1, 2, 2],
+                "coverage": [0.417748, 0.74963, 0.902842],
+                "confidence": 0.781602,
+                "flags": [],
+                "spans": "decoded",
+            },
         ],
     )
 

@@ -14,13 +14,13 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass, replace
-from functools import partial
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
 from service.decoding import BatchDecoder, DecodeRequest, DecodeResult, Hypothesis, StepRunner, decode
+from service.decoding.constraint import Spelling
 from service.errors import ClientGone, NoSuchIndex, TooLarge, UnknownPair
 from service.runtime.bundle import Bundle, load_bundle
 from service.runtime.runner import CPU, Runner, trim_memory
@@ -30,6 +30,7 @@ from service.serving.cache import LruCache, through_cache
 from service.serving.confidence import Calibration, Evidence, coverage, is_content
 from service.serving.core_sharing import WhileSaturated
 from service.serving.explain import explained
+from service.serving.restoring import ForcingRunner, Restored, Step, restore_spans, worst
 from service.serving.scheduler import DeadlineExceeded, Scheduler, StepStats
 from service.serving.translation import (
     AttentionResult,
@@ -48,11 +49,9 @@ from service.settings import Settings
 from service.text.forced import forced_targets
 from service.text.glossary import read_glossary
 from service.text.pipeline import Prepared, TextPipeline
+from service.text.repetition import has_loop
 
 log = logging.getLogger(__name__)
-
-# A step of a translation's work (Engine._steps): requests to decode, or a function to call off the event loop.
-Step = list[DecodeRequest] | Callable[[], object]
 
 
 class ServingRunner(StepRunner, Protocol):
@@ -64,13 +63,6 @@ class ServingRunner(StepRunner, Protocol):
 
     @property
     def provider(self) -> str: ...  # ONNX Runtime's execution provider
-
-
-class ForcingRunner(Protocol):
-    """A runner that gives finished hypotheses' cross-attention in one call (service/runtime/runner.py's forced
-    decoder)."""
-
-    def cross_attention(self, sources: list[list[int]], targets: list[list[int]]) -> list[np.ndarray]: ...
 
 
 @dataclass(frozen=True)
@@ -108,6 +100,10 @@ def _ignore(*_: int) -> None:
     pass
 
 
+def _ignore_paths(_: list[str]) -> None:
+    pass
+
+
 class Engine:
     """A loaded bundle with its runners; :meth:`start` adds the schedulers that the served methods use.
 
@@ -137,10 +133,13 @@ class Engine:
         )
         self._on_input: Callable[[int], object] = _ignore
         self._on_cache: Callable[[int, int], object] = _ignore
+        self._on_spans: Callable[[list[str]], object] = _ignore_paths
         # Translations of texts already translated with the same options (service/serving/cache.py); None: off.
         self.cache = LruCache[Translation](settings.cache_mb * MiB) if settings.cache_mb else None
         calibration = bundle.manifest.get("calibration")  # absent: no confidence, default flag thresholds
         self.calibration = Calibration.from_manifest(calibration, bundle.spec.n_decoder_layers, bundle.name)
+        spec = bundle.spec  # the target vocabulary as a constrained re-decode reads it (service/decoding/constraint.py)
+        self.spelling = Spelling(self.tokenizer.pieces(list(range(spec.vocab_size))), spec.eos_id)
         self._aim(target or next(iter(bundle.targets)))
 
     def _aim(self, target: str) -> None:
@@ -156,7 +155,9 @@ class Engine:
         self.target = target
         self.prefix = bundle.targets[target]  # ids that open every source, as the model was trained
         glossary = read_glossary(settings.glossary_dir, bundle.source_lang, target)
-        self.text = TextPipeline(self.tokenizer, bundle.source_lang, settings.sentence_split_chars, glossary)
+        self.text = TextPipeline(
+            self.tokenizer, bundle.source_lang, settings.sentence_split_chars, glossary, spelling=self.spelling
+        )
 
     def for_target(self, target: str) -> Engine:
         """An engine for another of the bundle's targets that shares this one's runners, schedulers, memory budget
@@ -200,13 +201,15 @@ class Engine:
         on_input: Callable[[int], object] = _ignore,
         on_cache: Callable[[int, int], object] = _ignore,
         saturation: WhileSaturated | None = None,
+        on_spans: Callable[[list[str]], object] = _ignore_paths,
     ) -> None:
         """Start the schedulers; ``on_step`` gets each step's stats (on a decoding thread), ``on_input`` each
         served request's source tokens once they are accepted, ``on_cache`` each cached request's texts found in
         the cache and not, ``saturation`` (the process's one, shared by every engine) the rows each batch holds
-        after a step."""
+        after a step, ``on_spans`` the path that restored each decoded segment with spans
+        (service/serving/restoring.py's ``PATHS``)."""
         s = self.settings
-        self._on_input, self._on_cache = on_input, on_cache
+        self._on_input, self._on_cache, self._on_spans = on_input, on_cache, on_spans
         for name, runner in (("exact", self.runners.exact), ("fast", self.runners.fast)):
             if name == "fast" and runner is self.runners.exact:  # one runner, one set of schedulers
                 self.schedulers["fast"] = self.schedulers["exact"]
@@ -340,13 +343,9 @@ class Engine:
             return self._assessed(texts, out) if options.details else out
         requests = self._segment_requests(prepared, options)
         results = yield requests
-        if (again := self._unplaced(prepared, results)) and self.runners.forced is not None:
-            yield partial(self._attach_cross_attention, prepared, requests, results, again)
-        elif again:
-            redone = yield [replace(requests[i], attention=True) for i in again]
-            for i, result in zip(again, redone, strict=True):
-                results[i] = result
-        out = self._finished(prepared, requests, results, options)
+        restored = yield from restore_spans(self.text, self.runners.forced, prepared, requests, results)
+        self._on_spans([p for p in restored.paths if p is not None])
+        out = self._finished(prepared, requests, results, restored, options)
         return self._assessed(texts, out) if options.details else out
 
     def _assessed(self, texts: Sequence[str], translations: list[Translation]) -> list[Translation]:
@@ -356,7 +355,8 @@ class Engine:
             if (d := t.details) is not None:
                 content = [is_content(p) for p in d.source_tokens]
                 a = self.calibration.assess(Evidence(d.token_scores, d.coverage, content, text, t.text))
-                t = replace(t, details=replace(d, confidence=a.confidence, flags=a.flags))
+                flags = [*a.flags, "repetition"] if has_loop(text, t.text) else a.flags
+                t = replace(t, details=replace(d, confidence=a.confidence, flags=flags))
             out.append(t)
         return out
 
@@ -377,43 +377,25 @@ class Engine:
         """One request a segment, on the fast graphs unless details want attention."""
         return [self._request(s.source, options, options.details) for s in prepared.segments]
 
-    def _unplaced(self, prepared: Prepared, results: list[DecodeResult]) -> list[int]:
-        """The segments whose spans need cross-attention to be placed (the model did not copy every stand-in): the
-        forced decoder gives it to their hypotheses, or without one they decode again with attention rows."""
-        needs = self.text.needs_attention
-        return [
-            i
-            for i, (segment, result) in enumerate(zip(prepared.segments, results, strict=True))
-            if any(needs(segment, h) for h in result.hypotheses)
-        ]
-
-    def _attach_cross_attention(
-        self, prepared: Prepared, requests: list[DecodeRequest], results: list[DecodeResult], again: list[int]
-    ) -> None:
-        """The unplaced segments' hypotheses (their tokens kept) get their cross-attention from one forced-decoder
-        call on the exact graphs, instead of decoding again."""
-        assert self.runners.forced is not None
-        needs = self.text.needs_attention
-        hyps = [(requests[i].src, h) for i in again for h in results[i].hypotheses if needs(prepared.segments[i], h)]
-        rows = self.runners.forced.cross_attention([s for s, _ in hyps], [h.tokens for _, h in hyps])
-        for (_, hyp), weights in zip(hyps, rows, strict=True):
-            hyp.cross_attention = list(weights)  # per step (L, h, S)
-
     def _finished(
-        self, prepared: Prepared, requests: list[DecodeRequest], results: list[DecodeResult], options: Options
+        self,
+        prepared: Prepared,
+        requests: list[DecodeRequest],
+        results: list[DecodeResult],
+        restored: Restored,
+        options: Options,
     ) -> list[Translation]:
-        """Texts put back together from their segments; details join the segments' (alignment into the joined
-        source tokens)."""
-        outputs = []
-        for segment, request, result in zip(prepared.segments, requests, results, strict=True):
-            outputs.append([self.text.restored(segment, request.src, h) for h in result.hypotheses])
+        """Texts put back together from their segments' restored texts; details join the segments' (alignment into
+        the joined source tokens) and name the latest path that restored a segment's spans."""
         out = []
         for (best, versions), parts in zip(
-            prepared.finish(outputs, options.alternatives), prepared.ranges(), strict=True
+            prepared.finish(restored.texts, options.alternatives), prepared.ranges(), strict=True
         ):
             details = None
             if options.details:
                 details = join_details([self._details(requests[i], results[i].hypotheses[0]) for i in parts])
+                if details is not None:
+                    details = replace(details, spans=worst([restored.paths[i] for i in parts]))
             out.append(Translation(best, distinct(versions, options.alternatives), details))
         return out
 

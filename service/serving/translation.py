@@ -57,7 +57,8 @@ class Filters:
 class Details:
     """One translation's tokens, log-probabilities (six decimals) and word alignment: each target token's most
     attended source token, last layer, heads averaged; each source token's coverage (the most attention any step
-    gave it, service/serving/confidence.py), the calibrated confidence and the flags."""
+    gave it, service/serving/confidence.py), the calibrated confidence and the flags; ``spans``, for a text with
+    protected spans, the latest path that restored a sentence's spans (service/serving/restoring.py's ``PATHS``)."""
 
     source_tokens: list[str]
     tokens: list[str]
@@ -67,6 +68,7 @@ class Details:
     coverage: list[float] = field(default_factory=list)
     confidence: float | None = None
     flags: list[str] = field(default_factory=list)
+    spans: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,15 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
 from service.decoding import Hypothesis
+from service.decoding.constraint import Spelling, StandIns
 from service.runtime.bundle import Tokenizer
 from service.text.lines import Layout, layout
 from service.text.placement import DEFAULT, Aggregation, copied, in_order, positions, restore
 from service.text.sentences import sentences
 from service.text.spans import Masked, find_spans, has_spans, mask
+from service.text.verify import STAND_IN, cleaned, numbers, problems
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +116,8 @@ class TextPipeline:
         split_chars: lines longer than this are cut into sentences.
         glossary: the pair's glossary file (source term → target term), merged under a request's own.
         aggregation: how cross-attention places spans.
+        spelling: the target vocabulary as the constrained search reads it (None: no constrained re-decoding).
+        numbers: numbers are protected spans (service/text/spans.py).
     """
 
     def __init__(
@@ -122,12 +127,16 @@ class TextPipeline:
         split_chars: int,
         glossary: Mapping[str, str] | None = None,
         aggregation: Aggregation = DEFAULT,
+        spelling: Spelling | None = None,
+        numbers: bool = True,
     ) -> None:
         self.tokenizer = tokenizer
         self.language = language
         self.split_chars = split_chars
         self.glossary = dict(glossary or {})
         self.aggregation = aggregation
+        self.spelling = spelling
+        self.numbers = numbers
         self.vocabulary = characters(tokenizer)
 
     def plain(self, text: str) -> bool:
@@ -139,7 +148,7 @@ class TextPipeline:
             and "\n" not in text
             and "\r" not in text
             and len(text) <= self.split_chars
-            and not has_spans(text, self.vocabulary)
+            and not has_spans(text, self.vocabulary, self.numbers)
         )
 
     def prepare(
@@ -162,7 +171,7 @@ class TextPipeline:
                     body = sentence.strip()
                     lead = sentence[: len(sentence) - len(sentence.lstrip())]
                     trail = sentence[len(lead) + len(body) :]
-                    spans = find_spans(body, self.vocabulary, terms, keep)
+                    spans = find_spans(body, self.vocabulary, terms, keep, self.numbers)
                     masked = mask(body, spans) if spans else None
                     prepared.segments.append(Segment(masked.text if masked else body, masked))
                     prepared.offsets.append((at + len(lead), at + len(lead) + len(body)))
@@ -189,22 +198,45 @@ class TextPipeline:
         tok = self.tokenizer
         return None in copied(segment.masked, tok.pieces([t for t in hyp.tokens if t not in tok.special]))
 
-    def restored(self, segment: Segment, src: list[int], hyp: Hypothesis) -> str:
+    def restored(self, segment: Segment, src: list[int], hyp: Hypothesis, clean: bool = False) -> str:
         """One hypothesis' text, with the segment's spans put back where the model copied their stand-ins, and
-        where cross-attention places those it did not copy."""
+        where cross-attention places those it did not copy; ``clean``: the model's own text stripped of broken
+        stand-ins and made-up numbers (service/text/verify.py's ``cleaned``)."""
         tok = self.tokenizer
         tokens = [t for t in hyp.tokens if t not in tok.special]
         if segment.plain:
             return tok.decode(hyp.tokens)
-        if segment.masked is None:
+        if (masked := segment.masked) is None:
             return _one_line(tok.decode(hyp.tokens))
         pieces = tok.pieces(tokens)
-        places = copied(segment.masked, pieces)
+        places = copied(masked, pieces)
         if None in places and hyp.cross_attention:
             weights = self.aggregation.apply(np.stack(hyp.cross_attention))
-            read = positions(segment.masked, tok.pieces(src), weights, len(tokens))
-            places = in_order(segment.masked, [c if c is not None else r for c, r in zip(places, read, strict=True)])
-        return _one_line(restore(segment.masked, pieces, places, _detokenizer(tok)))
+            read = positions(masked, tok.pieces(src), weights, len(tokens))
+            places = [c if c is not None else r for c, r in zip(places, read, strict=True)]
+        strip = partial(cleaned, masked=masked) if clean else None
+        return _one_line(restore(masked, pieces, in_order(masked, places), _detokenizer(tok), strip))
+
+    def appended(self, segment: Segment, hyp: Hypothesis) -> str:
+        """The last resort: the model's own text, cleaned, with every span group appended in source order."""
+        masked = segment.masked
+        assert masked is not None
+        pieces = self.tokenizer.pieces([t for t in hyp.tokens if t not in self.tokenizer.special])
+        strip = partial(cleaned, masked=masked)
+        return _one_line(restore(masked, pieces, [None] * len(masked.outputs), _detokenizer(self.tokenizer), strip))
+
+    def problems(self, segment: Segment, text: str) -> list[str]:
+        """What keeps ``text`` (a restored translation of ``segment``) from being whole (service/text/verify.py)."""
+        return [] if segment.masked is None else problems(segment.masked, text)
+
+    def constraint(self, segment: Segment) -> StandIns | None:
+        """The constrained search that re-decodes a segment whose translation is broken: each stand-in once, and
+        digits only where the source has a number of its own; None without a spelling or with too many groups."""
+        masked = segment.masked
+        if self.spelling is None or masked is None or len(masked.outputs) > 62:
+            return None
+        digits = bool(numbers(STAND_IN.sub(" ", masked.text)))
+        return StandIns(self.spelling, len(masked.outputs), digits)
 
 
 def _one_line(text: str) -> str:

@@ -89,6 +89,7 @@ def restore(
     target_pieces: list[str],
     places: list[int | None],
     detokenize: Callable[[list[str]], str],
+    clean: Callable[[str], str] | None = None,
 ) -> str:
     """The translation with copied stand-ins dropped and each group's text put at its place; a group without a
     place is appended at the end, in source order.
@@ -98,6 +99,7 @@ def restore(
         target_pieces: the generated pieces, </s> excluded.
         places: from :func:`positions`.
         detokenize: pieces → text (the target tokenizer's).
+        clean: applied to the model's own text between the groups (service/text/verify.py's ``cleaned``).
     """
     drop = {j for cols in piece_positions(target_pieces).values() for j in cols}
     at: dict[int, list[int]] = {}
@@ -107,19 +109,22 @@ def restore(
     chunk: list[str] = []
     for t in range(len(target_pieces) + 1):
         if t in at:
-            out.append(_text(chunk, detokenize, bool(out)))
+            out.append(_text(chunk, detokenize, bool(out), clean))
             boundary = t < len(target_pieces) and target_pieces[t].startswith("▁") and "".join(out).strip()
             out += [" " if boundary else "", *(masked.outputs[i] for i in sorted(at[t]))]  # the word's space
             chunk = []
         if t < len(target_pieces) and t not in drop:
             chunk.append(target_pieces[t])
-    out.append(_text(chunk, detokenize, bool(out)))
+    out.append(_text(chunk, detokenize, bool(out), clean))
     return "".join(out).strip()
 
 
-def _text(pieces: list[str], detokenize: Callable[[list[str]], str], inner: bool) -> str:
+def _text(
+    pieces: list[str], detokenize: Callable[[list[str]], str], inner: bool, clean: Callable[[str], str] | None
+) -> str:
     """A chunk's text; SentencePiece drops a chunk's leading word boundary, which inside the text is a space."""
     text = _STAND_IN.sub("", detokenize(pieces)).replace("\ufffd", "")  # bytes that spell no character
+    text = clean(text) if clean is not None else text
     return " " + text if inner and pieces and pieces[0].startswith("▁") else text
 
 

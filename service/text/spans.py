@@ -22,8 +22,12 @@ PATTERNS: dict[str, str] = {
     "entity": r"&(?:[A-Za-z][A-Za-z0-9]{1,31}|#\d{1,7}|#[xX][0-9A-Fa-f]{1,6});",
     "tag": r"</?[A-Za-z][A-Za-z0-9:_-]*"
     r"(?:\s+[A-Za-z_:][-A-Za-z0-9_:.]*(?:\s*=\s*(?:\"[^\"]*\"|'[^']*'|[^\s\"'=<>`]+))?)*\s*/?>",
+    # Digits not glued to a Latin letter, "_" or another digit ("60", "1.5", "2,000"; not "mp3"): the model loses and
+    # invents numbers it reads, and keeps more of them masked (docs/BENCHMARKS.md, "Whole outputs").
+    "number": r"(?<![A-Za-z0-9_])\d+(?:[.,]\d+)*(?![A-Za-z0-9_])",
 }
 SPANS = re.compile("|".join(f"(?P<{kind}>{pattern})" for kind, pattern in PATTERNS.items()))
+WITHOUT_NUMBERS = re.compile("|".join(f"(?P<{k}>{p})" for k, p in PATTERNS.items() if k != "number"))
 FORMAT_KINDS = frozenset({"printf", "brace", "marker"})  # a program formats them: losing one breaks it
 
 
@@ -48,6 +52,7 @@ def find_spans(
     vocabulary: Collection[str] = (),
     glossary: Mapping[str, str] | None = None,
     keep: Iterable[str] = (),
+    numbers: bool = True,
 ) -> list[Span]:
     """Every protected span of ``text``, in order and without overlaps.
 
@@ -56,6 +61,7 @@ def find_spans(
         vocabulary: the characters the tokenizer's pieces contain; others are protected (empty: none are).
         glossary: source term → target term, matched as whole words, case-sensitively.
         keep: terms copied verbatim, matched as glossary terms are.
+        numbers: numbers are spans (``number``); False leaves them to the model.
 
     Returns:
         The spans; where two overlap the earlier (then the longer) wins, terms before patterns.
@@ -68,7 +74,7 @@ def find_spans(
         kind = "glossary" if glossary and term in glossary else "keep"
         for m in re.finditer(rf"(?<!\w){re.escape(term)}(?!\w)", text):
             found.append(Span(m.start(), m.end(), kind, terms[term]))
-    for m in SPANS.finditer(text):
+    for m in (SPANS if numbers else WITHOUT_NUMBERS).finditer(text):
         kind = m.lastgroup or "tag"
         found.append(Span(m.start(), m.end(), kind, m.group()))
     if vocabulary:
@@ -102,10 +108,10 @@ def _without_overlaps(spans: list[Span]) -> list[Span]:
     return out
 
 
-def has_spans(text: str, vocabulary: Collection[str] = ()) -> bool:
-    """Whether ``text`` has a pattern span or a character outside ``vocabulary``: the cheap test that keeps plain
-    texts on the fast path."""
-    if SPANS.search(text) is not None:
+def has_spans(text: str, vocabulary: Collection[str] = (), numbers: bool = True) -> bool:
+    """Whether ``text`` has a pattern span (a number, unless ``numbers`` is False) or a character outside
+    ``vocabulary``: the cheap test that keeps plain texts on the fast path."""
+    if (SPANS if numbers else WITHOUT_NUMBERS).search(text) is not None:
         return True
     return bool(vocabulary) and not set(text).issubset(vocabulary)
 

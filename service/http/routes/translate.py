@@ -124,4 +124,5 @@ def details_json(d: Details) -> dict[str, Any]:
         "coverage": d.coverage,
         "confidence": d.confidence,
         "flags": d.flags,
+        "spans": d.spans,
     }

@@ -42,7 +42,8 @@ def test_long_lines_are_cut_into_sentences_that_join_back() -> None:
 
 SPANS = [
     ("Open %s now", ["%s"]),
-    ("%d of %5.2f and %1$s, %(name)s, 100%%", ["%d", "%5.2f", "%1$s", "%(name)s", "%%"]),
+    ("%d of %5.2f and %1$s, %(name)s, 100%%", ["%d", "%5.2f", "%1$s", "%(name)s", "100", "%%"]),
+    ("Receives 60% defense, 1.5 or 2,000 (mp3, x86_64, UTF-8)", ["60", "1.5", "2,000", "8"]),
     ("{0} and {name} and {{x}}", ["{0}", "{name}", "{{x}}"]),
     ("Weblate [X7X] marker [X12X]", ["[X7X]", "[X12X]"]),
     ("See https://example.org/a?b=1, or mail me@example.com.", ["https://example.org/a?b=1", "me@example.com"]),
@@ -57,9 +58,14 @@ def test_spans_are_found(text: str, found: list[str]) -> None:
     assert has_spans(text)
 
 
-@pytest.mark.parametrize("text", ["Open the file", "50% of files", "a < b > c", "Use & abuse", "Save as…"])
+@pytest.mark.parametrize("text", ["Open the file", "a < b > c", "Use & abuse", "Save as…", "mp3 on x86_64"])
 def test_plain_text_has_no_span(text: str) -> None:
     assert find_spans(text) == [] and not has_spans(text)
+
+
+def test_numbers_are_spans_unless_left_to_the_model() -> None:
+    assert [s.kind for s in find_spans("50% of 3 files")] == ["number", "number"]
+    assert find_spans("50% of 3 files", numbers=False) == [] and not has_spans("50% of files", numbers=False)
 
 
 def test_characters_outside_the_vocabulary_are_spans() -> None:

@@ -26,10 +26,22 @@ def test_details_say_how_sure(tiny_bundle: Path, tmp_path: Path) -> None:
     for d in many:
         assert d["confidence"] == pytest.approx(min(1, max(0, 1 + sum(d["token_scores"]) / len(d["tokens"]) / 10)))
         assert len(d["coverage"]) == len(d["source_tokens"]) and all(0 <= x <= 1 for x in d["coverage"])
-        assert isinstance(d["flags"], list) and set(d["flags"]) <= {"omission", "copy"}
+        assert isinstance(d["flags"], list) and set(d["flags"]) <= {"omission", "copy", "repetition"}
+        assert d["spans"] is None  # no protected span
     assert "details" not in plain
-    example = schema["properties"]["details"]["examples"][0]
-    assert {"confidence", "flags", "coverage"} <= set(example)
+    plain_example, span_example = schema["properties"]["details"]["examples"]
+    assert {"confidence", "flags", "coverage"} <= set(plain_example) and span_example["spans"] == "decoded"
+
+
+def test_details_say_how_spans_were_restored(server: Server) -> None:
+    with server.client() as c:
+        d = c.post("/translate", json={**BODY, "q": "Open %s now"}).json()["details"]
+        text = c.post("/translate", json={**BODY, "q": "Open %s now"}).json()["translatedText"]
+        metrics = c.get("/metrics").text
+    assert d["spans"] in ("decoded", "constrained", "attention", "appended")
+    assert text.count("%s") == 1 and "{" not in text and "}" not in text
+    counted = [ln for ln in metrics.splitlines() if ln.startswith("attnserve_span_segments_total{")]
+    assert len(counted) == 4 and sum(float(ln.split()[-1]) for ln in counted) == 2.0
 
 
 def test_without_calibration_confidence_is_null(server: Server) -> None:

@@ -1,0 +1,127 @@
+"""Spans put back into decoded segments, checked, and recovered where the result is broken.
+
+After the first decode each hypothesis' spans go where the model copied their stand-ins, and by cross-attention
+where it did not. The restored text is checked (service/text/verify.py); a segment whose text is broken is
+recovered in steps, the first whose every hypothesis comes out whole answering:
+
+1. ``constrained``: decoded again with a search that emits each stand-in exactly once and no number of its own
+   (service/decoding/constraint.py);
+2. ``attention``: the first decode's text with its broken stand-ins and made-up numbers cut out, every span placed
+   where the model copied its stand-in or by cross-attention;
+3. ``appended``: that text with every span appended at the end, in source order.
+
+A segment that needed no recovery answered ``decoded``. The engine runs :func:`restore_spans` as part of its
+steps: it yields requests to decode or a function to call off the event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import Protocol
+
+import numpy as np
+
+from service.decoding import DecodeRequest, DecodeResult, Hypothesis
+from service.text.pipeline import Prepared, Segment, TextPipeline
+
+PATHS = ("decoded", "constrained", "attention", "appended")  # in the order they are tried
+
+# A step of a translation's work: requests to decode, or a function to call off the event loop.
+Step = list[DecodeRequest] | Callable[[], object]
+
+
+class ForcingRunner(Protocol):
+    """A runner that gives finished hypotheses' cross-attention in one call (service/runtime/runner.py's forced
+    decoder)."""
+
+    def cross_attention(self, sources: list[list[int]], targets: list[list[int]]) -> list[np.ndarray]: ...
+
+
+@dataclass(frozen=True)
+class Restored:
+    """Per segment, its hypotheses' texts (best first) and the path of its best one (None: it has no span)."""
+
+    texts: list[list[str]]
+    paths: list[str | None]
+
+
+def worst(paths: list[str | None]) -> str | None:
+    """The latest of ``paths`` in :data:`PATHS`' order (one text's, from its segments'); None if none has spans."""
+    found = [p for p in paths if p is not None]
+    return max(found, key=PATHS.index) if found else None
+
+
+def restore_spans(
+    text: TextPipeline,
+    forced: ForcingRunner | None,
+    prepared: Prepared,
+    requests: list[DecodeRequest],
+    results: list[DecodeResult],
+) -> Generator[Step, list[DecodeResult], Restored]:
+    """Every segment's texts, restored, checked and recovered; ``results`` gets a segment's constrained result
+    where that answered (its details are then that decode's)."""
+    segments = prepared.segments
+    everyone = list(range(len(segments)))
+    yield from attend(forced, requests, results, everyone, lambda i, h: text.needs_attention(segments[i], h))
+    texts = [[text.restored(s, requests[i].src, h) for h in results[i].hypotheses] for i, s in enumerate(segments)]
+    paths: list[str | None] = ["decoded" if s.masked is not None else None for s in segments]
+    broken = [i for i, s in enumerate(segments) if any(text.problems(s, t) for t in texts[i])]
+    if not broken:
+        return Restored(texts, paths)
+    tries = [(i, c) for i in broken if (c := text.constraint(segments[i])) is not None]
+    redone = (yield [replace(requests[i], constraint=c) for i, c in tries]) if tries else []
+    for (i, _), result in zip(tries, redone, strict=True):
+        again = [text.restored(segments[i], requests[i].src, h) for h in result.hypotheses]
+        if again and not any(text.problems(segments[i], t) for t in again):
+            texts[i], results[i], paths[i] = again, result, "constrained"
+    left = [i for i in broken if paths[i] == "decoded"]
+    yield from attend(forced, requests, results, left, lambda i, h: not h.cross_attention)
+    for i in left:
+        texts[i], paths[i] = recovered(text, segments[i], requests[i].src, results[i].hypotheses)
+    return Restored(texts, paths)
+
+
+def recovered(text: TextPipeline, segment: Segment, src: list[int], hyps: list[Hypothesis]) -> tuple[list[str], str]:
+    """A broken segment's texts without a new decode: each hypothesis' own text where whole, else cleaned and placed
+    by attention, else cleaned with its spans appended; and the best hypothesis' path."""
+    texts, path = [], "decoded"
+    for k, hyp in enumerate(hyps):
+        t, p = text.restored(segment, src, hyp), "decoded"
+        if text.problems(segment, t):
+            t, p = text.restored(segment, src, hyp, clean=True), "attention"
+        if text.problems(segment, t):
+            t, p = text.appended(segment, hyp), "appended"
+        texts.append(t)
+        path = p if k == 0 else path
+    return texts, path
+
+
+def attend(
+    forced: ForcingRunner | None,
+    requests: list[DecodeRequest],
+    results: list[DecodeResult],
+    which: list[int],
+    needs: Callable[[int, Hypothesis], bool],
+) -> Generator[Step, list[DecodeResult], None]:
+    """Cross-attention for the hypotheses of segments ``which`` that ``needs`` it: from one forced-decoder call on
+    the exact graphs (their tokens kept), or without a forced decoder by decoding those segments again with
+    attention rows."""
+    which = [i for i in which if any(needs(i, h) for h in results[i].hypotheses)]
+    if not which:
+        return
+    if forced is not None:
+        hyps = [(requests[i].src, h) for i in which for h in results[i].hypotheses if needs(i, h)]
+        if hyps:
+            yield partial(_attach, forced, hyps)
+        return
+    redone = yield [replace(requests[i], attention=True) for i in which]
+    for i, result in zip(which, redone, strict=True):
+        results[i] = result
+
+
+def _attach(forced: ForcingRunner, hyps: list[tuple[list[int], Hypothesis]]) -> None:
+    rows = forced.cross_attention([s for s, _ in hyps], [h.tokens for _, h in hyps])
+    for (_, hyp), weights in zip(hyps, rows, strict=True):
+        hyp.cross_attention = list(weights)  # per step (L, h, S)

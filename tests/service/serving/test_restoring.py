@@ -1,0 +1,189 @@
+"""Spans restored, checked and recovered: a model that mangles its stand-ins still gives whole texts, each through
+the path the test forces, and the path is in ``return_details`` and the metric."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+from unittest.mock import patch
+
+import numpy as np
+import pytest
+
+from service.decoding import Hypothesis
+from service.metrics import Metrics
+from service.runtime.bundle import ModelSpec
+from service.runtime.runner import StepOutput
+from service.runtime.tensors import Cache
+from service.serving.engine import Engine, Runners
+from service.serving.restoring import PATHS, recovered, worst
+from service.serving.translation import Options, Translation
+from service.settings import DEFAULT_BUNDLE, Settings
+from service.text.verify import problems
+from tests.service.fake_runner import FakeRunner
+
+PIECES = ["</s>", "<unk>", "▁{0}", "▁{", "0", "}", "▁A", "▁B", "lg", "▁{1}", "1", "▁C", "▁D", "▁7", "▁E", "<pad>"]
+EOS, PAD = 0, 15
+SPEC = ModelSpec(
+    vocab_size=16, d_model=4, h=2, n_encoder_layers=1, n_decoder_layers=1, max_positions=64,
+    pad_id=PAD, eos_id=EOS, unk_id=1, decoder_start_id=PAD,
+)  # fmt: skip
+MANGLED = [6, 3, 8, 5, 7, 13, EOS]  # "A {lg} B 7": a broken stand-in and a made-up number
+FALLBACK = [2, 9, EOS, 4, 10, 5, 6, 7, 11, 12, 14, 8, 3, 13, 1]  # preferences once off the script
+
+
+class Tokenizer:
+    """Words of a source are pieces; any other word is ▁C."""
+
+    special = frozenset({EOS, PAD})
+
+    def encode_source(self, text: str) -> list[int]:
+        ids = {p.lstrip("▁"): i for i, p in enumerate(PIECES)}
+        return [ids.get(w, 11) for w in text.split()] + [EOS]
+
+    def encode_target(self, text: str) -> list[int]:
+        return self.encode_source(text)
+
+    def pieces(self, ids: list[int]) -> list[str]:
+        return [PIECES[i] for i in ids]
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(PIECES[i] for i in ids if i not in self.special).replace("▁", " ").strip()
+
+    @property
+    def target(self) -> Any:
+        return self
+
+    def decode_pieces(self, pieces: list[str]) -> str:
+        return "".join(pieces).replace("▁", " ").strip()
+
+
+@dataclass
+class Bundle:
+    spec: ModelSpec = SPEC
+    tokenizer: Tokenizer = field(default_factory=Tokenizer)
+    name: str = "mangler"
+    source_lang: str = "en"
+    target_lang: str = "ja"
+    manifest: dict[str, Any] = field(default_factory=dict)
+    targets: dict[str, list[int]] = field(default_factory=lambda: {"ja": []})
+
+
+class Mangler(FakeRunner):
+    """Writes MANGLED while its prefix follows it; off the script, FALLBACK's order (a stand-in first, then </s>).
+    Its cross-attention puts every step on the source's second token (where "{0}" is in "C {0} C")."""
+
+    spec = SPEC
+    attention = True
+    provider = "fake"
+
+    def step(
+        self, input_ids: np.ndarray, position_ids: np.ndarray, encoder_mask: np.ndarray, self_mask: np.ndarray | None,
+        cross_keys: list[Cache], cross_values: list[Cache], past_keys: list[Cache], past_values: list[Cache],
+        tokens: bool = False,
+    ) -> StepOutput:  # fmt: skip
+        assert self_mask is not None, "appended caches"
+        B = len(input_ids)
+        new = np.zeros((B, 2, 1, 2), np.float32)
+        new[:, 0, 0, 0], new[:, 0, 0, 1] = input_ids[:, 0], position_ids[:, 0]
+        keys = np.concatenate([past_keys[0], new], axis=2)
+        logits = np.full((B, 16), -20.0, np.float32)
+        for b in range(B):
+            owned = keys[b, 0, np.flatnonzero(self_mask[b] == 1)]
+            prefix = [int(t) for t in owned[np.argsort(owned[:, 1]), 0][1:]]
+            on_script = prefix == MANGLED[: len(prefix)] and len(prefix) < len(MANGLED)
+            order = ([MANGLED[len(prefix)]] if on_script else []) + FALLBACK
+            for rank, token in enumerate(dict.fromkeys(order)):
+                logits[b, token] = 10.0 - rank
+        T, S = keys.shape[2], cross_keys[0].shape[2]
+        cross = np.zeros((1, B, 2, S), np.float32)
+        cross[:, :, :, 1] = 1.0
+        return StepOutput(logits, [keys], [keys.copy()], np.zeros((1, B, 2, T), np.float32), cross)
+
+
+def mangler_engine() -> Engine:
+    runner = Mangler()
+    return Engine(Bundle(), Settings(max_wait_ms=1), Runners(runner, runner))  # type: ignore[arg-type]
+
+
+def whole(source: str, text: str, spans: list[str]) -> None:
+    assert "{" not in text and "}" not in text, text
+    for s in spans:
+        assert text.count(s) == source.count(s), (s, text)
+
+
+def test_mangled_stand_ins_are_decoded_again_constrained() -> None:
+    engine = mangler_engine()
+    (t,) = engine.translate_now(["C %s C"], Options(details=True))
+    assert t.text == "A %s"  # "A {0}": the constrained search finished the stand-in the model broke, and stopped
+    assert t.details is not None and t.details.spans == "constrained"
+    assert t.details.tokens == ["▁A", "▁{", "0", "}", "</s>"]  # details are the constrained decode's
+
+
+def test_when_the_constrained_decode_fails_too_spans_are_placed_by_attention_in_the_cleaned_text() -> None:
+    engine = mangler_engine()
+    (t,) = engine.translate_now(["C %s C"], Options(details=True, max_length=3))  # too short for "{0}" and </s>
+    assert t.details is not None and t.details.spans == "attention"
+    assert t.text == "%s A lg"  # "A {lg": the brace gone, the span where the attention is
+    whole("C %s C", t.text, ["%s"])
+
+
+def test_the_last_resort_appends_every_span() -> None:
+    engine = mangler_engine()
+    prepared = engine.text.prepare(["C %s C"])
+    assert prepared is not None
+    (segment,) = prepared.segments
+    hyp = Hypothesis(MANGLED, [])
+    assert engine.text.appended(segment, hyp) == "A B %s"  # the broken stand-in and the made-up 7 gone
+    with patch.object(engine.text, "restored", lambda *a, **k: "A {lg} B %s"):
+        texts, path = recovered(engine.text, segment, [11, 2, 11, EOS], [hyp])
+    assert (texts, path) == (["A B %s"], "appended")
+
+
+def test_paths_are_counted_and_a_text_reports_its_latest() -> None:
+    engine = mangler_engine()
+    seen: list[list[str]] = []
+
+    async def served() -> list[Translation]:
+        await engine.start(on_spans=seen.append)
+        try:
+            return await engine.translate(["C %s C", "C C", "C 7 C", "C %s\nC {x} C"], Options())
+        finally:
+            await engine.stop()
+
+    out = asyncio.run(served())
+    assert [t.text for t in out][::2] == ["A %s", "A 7"]  # the number, a span, kept; no other made up
+    assert out[3].text == "A %s\nA {x}"
+    assert seen == [["constrained"] * 4]  # one per sentence with spans; "C C" has none
+    metrics = Metrics()
+    for paths in seen:
+        metrics.observe_spans(paths)
+    text = metrics.render().decode()
+    assert 'attnserve_span_segments_total{path="constrained"} 4.0' in text
+    assert 'attnserve_span_segments_total{path="appended"} 0.0' in text
+    assert worst(["decoded", None, "attention", "constrained"]) == "attention" and worst([None]) is None
+    assert PATHS == ("decoded", "constrained", "attention", "appended")
+
+
+MULTI_TAG = "<b>zoom</b>: scroll, <b>pan</b>: shift+drag, <b>rotate</b>: ctrl+drag, <b>reset</b>: double-click (%d%%)"
+
+
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_the_multi_tag_line_comes_back_whole_from_the_shipped_model(beam_size: int) -> None:
+    engine = Engine.load(DEFAULT_BUNDLE, Settings(threads=1))
+    (t,) = engine.translate_now([MULTI_TAG], Options(details=True, beam_size=beam_size))
+    prepared = engine.text.prepare([MULTI_TAG])
+    assert prepared is not None and prepared.segments[0].masked is not None
+    assert problems(prepared.segments[0].masked, t.text) == [], t.text
+    whole(MULTI_TAG, t.text, ["<b>", "</b>", "%d%%"])
+    assert [m for m in t.text.split("<b>")[1:] if "</b>" not in m] == []  # each <b> closed before the next
+    assert t.details is not None and t.details.spans in PATHS
+
+
+def test_numbers_of_a_source_come_back_none_lost_none_added() -> None:
+    engine = Engine.load(DEFAULT_BUNDLE, Settings(threads=1))
+    source = "Receives 60% defense on sand and 30% in water"
+    (t,) = engine.translate_now([source], Options())
+    digits = "".join(c if c.isdigit() else " " for c in t.text).split()
+    assert sorted(digits) == ["30", "60"], t.text

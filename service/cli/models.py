@@ -94,7 +94,9 @@ def variant_state(path: Path, files: list[str], derived: dict[str, Any]) -> str:
 def origin(provenance: dict[str, Any]) -> str:
     """Where a bundle came from, in a few words."""
     if "imported_from" in provenance:
-        return f"imported from {provenance['imported_from']}"
+        ct2 = provenance.get("ctranslate2")
+        via = f" (Argos package, CTranslate2 {ct2.get('spec')})" if isinstance(ct2, dict) else ""
+        return f"imported from {provenance['imported_from']}{via}"
     if "exported" in provenance:
         return f"trained here, exported {provenance['exported']}"
     return "unknown (no provenance in the manifest)"

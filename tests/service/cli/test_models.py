@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from service.cli.main import main
-from service.cli.models import parameters
+from service.cli.models import origin, parameters
 from tests.conftest import FIXTURES, TINY_INT8
 from tests.service.pair_bundles import pair_bundle
 
@@ -79,3 +79,12 @@ def test_models_never_imports_torch(bundles: list[Path]) -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
+
+
+def test_origin_names_the_importer_and_its_source() -> None:
+    assert origin({"imported_from": "opus-mt-en-de", "command": "attnserve import-marian ..."}) == (
+        "imported from opus-mt-en-de"
+    )
+    argos = {"imported_from": "translate-en_de-1_0.argosmodel", "ctranslate2": {"spec": "TransformerSpec"}}
+    assert origin(argos) == "imported from translate-en_de-1_0.argosmodel (Argos package, CTranslate2 TransformerSpec)"
+    assert origin({}) == "unknown (no provenance in the manifest)"

@@ -4,6 +4,7 @@ used unloads under the bound, never an unload of a bundle in use, 503 when nothi
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -146,3 +147,20 @@ def test_preload_loads_in_order_what_fits_and_an_unknown_pair_is_named(bundles: 
     asyncio.run(run())
     assert loads.loaded == ["tiny-en-ja", "tiny-ja-en"]
     assert sorted(loads.unloaded) == ["tiny-en-ja", "tiny-ja-en"]
+
+
+def test_the_pairs_of_a_multi_target_bundle_share_one_load(tiny_bundle: Path, tmp_path: Path) -> None:
+    bundle = pair_bundle(tiny_bundle, tmp_path, "en", "ja")
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["targets"] = [{"code": "ja", "prefix": [5]}, {"code": "ko", "prefix": [6]}]
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    loads = Loads()
+    r = registry([load_bundle(bundle)], loads)
+
+    async def run() -> list[str]:
+        return [await use(r, ("en", "ja")), await use(r, ("en", "ko"))]
+
+    assert asyncio.run(run()) == ["tiny-en-ja", "tiny-en-ja"]
+    assert loads.loaded == ["tiny-en-ja"]
+    assert r.pairs == [("en", "ja"), ("en", "ko")]
+    assert r.pair_states() == {"loaded": 2, "loading": 0, "unloaded": 0}

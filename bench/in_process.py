@@ -60,16 +60,16 @@ async def closed_loop(engine: Engine, texts: list[str], clients: int, seconds: f
 async def measure(bundle_dir: Path, texts: list[str], clients: int, seconds: float) -> tuple[float, dict[int, str]]:
     """Start the bundle's engine as the server does, warm it up with the same load, then load it for ``seconds``."""
     settings = Settings()
-    state = State(settings, [], Metrics())
+    state = State(settings, Metrics())
     await start(state, [load_bundle(bundle_dir)])
-    if not state.ready:
+    if not state.ready or state.pairs is None:
         raise SystemExit(state.not_ready)
-    (engine,) = state.engines.values()
+    (engine,) = state.pairs.engines()
     try:
         await closed_loop(engine, texts, clients, min(2.0, seconds))
         return await closed_loop(engine, texts, clients, seconds)
     finally:
-        await engine.stop()
+        await state.pairs.close()
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -76,3 +76,22 @@ class InvalidText(ServiceError):
 
 class NotReady(ServiceError):
     """The server is loading its bundles or shutting down: it takes no new work (retry shortly, or elsewhere)."""
+
+
+class ModelsBusy(ServiceError):
+    """A pair's bundle is not loaded, and loading it would pass ``models_memory_mb`` while every loaded bundle has
+    requests in flight; retry after ``retry_after`` seconds."""
+
+    def __init__(self, message: str, retry_after: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class PairUnavailable(ServiceError):
+    """A pair's bundle failed to load (ONNX Runtime refused a graph, the provider failed); retry, or ask another
+    pair."""
+
+
+class PivotOnly(ServiceError):
+    """A request that a pair served through a pivot language cannot answer in one piece (/attention: each hop has
+    its own weights); the message names the direct pairs to ask instead."""

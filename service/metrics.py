@@ -5,7 +5,8 @@ Names and labels are the contract in docs/ARCHITECTURE.md (prefix ``attnserve_``
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from functools import partial
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -31,11 +32,18 @@ REJECT_REASONS = (
     "key_limited",
     "slow_body",
     "header_too_large",
+    "models_busy",
 )
+PAIR_STATES = ("loaded", "loading", "unloaded")
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 STEP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 TOKEN_BUCKETS = (16, 64, 256, 1024, 2048, 4096, 8192, 16384, 65536)
+LOAD_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+def _count(states: Callable[[], Mapping[str, int]], state: str) -> float:
+    return states()[state]
 
 
 class Metrics:
@@ -88,6 +96,19 @@ class Metrics:
             ["name", "source_lang", "target_lang", "provider"],
             registry=r,
         )
+        self.pairs = Gauge(
+            p + "pairs", "Language pairs bundles serve (pivot pairs not counted), by state.", ["state"], registry=r
+        )
+        self.model_load = Histogram(
+            p + "model_load_seconds",
+            "Time to load a bundle (sessions, schedulers, warm-up).",
+            buckets=LOAD_BUCKETS,
+            registry=r,
+        )
+        self.model_loads = Counter(p + "model_loads_total", "Bundles loaded.", registry=r)
+        self.model_unloads = Counter(
+            p + "model_unloads_total", "Bundles unloaded to make room under models_memory_mb.", registry=r
+        )
         for reason in REJECT_REASONS:
             self.rejected.labels(reason)
         for stage in ("encode", "decode"):
@@ -104,6 +125,20 @@ class Metrics:
         """Read the two gauges from the schedulers at scrape time."""
         self.queue_depth.set_function(queue_depth)
         self.active_sequences.set_function(active_sequences)
+
+    def track_pairs(self, states: Callable[[], Mapping[str, int]]) -> None:
+        """Read the pairs by state (``loaded``, ``loading``, ``unloaded``) at scrape time."""
+        for state in PAIR_STATES:
+            self.pairs.labels(state).set_function(partial(_count, states, state))
+
+    def observe_load(self, seconds: float) -> None:
+        """One bundle loaded in ``seconds``."""
+        self.model_load.observe(seconds)
+        self.model_loads.inc()
+
+    def observe_unload(self) -> None:
+        """One bundle unloaded."""
+        self.model_unloads.inc()
 
     def observe_step(self, s: StepStats) -> None:
         """Record one scheduler iteration (called on the decoding thread; prometheus_client is thread-safe)."""

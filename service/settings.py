@@ -27,6 +27,27 @@ class Settings(BaseSettings):
         default_factory=lambda: [DEFAULT_BUNDLE],
         description="Bundle directories to serve, one per language pair.",
     )
+    models_memory_mb: int = Field(
+        0,
+        ge=0,
+        description="Memory the loaded bundles may take, each counted by its files' size on disk (the resident "
+        'memory of a loaded bundle is larger: docs/BENCHMARKS.md, "Many pairs"). Bundles load on first use; when '
+        "one more would pass this, the least recently used bundle with no request in flight is unloaded first, and "
+        "where none can be, the request gets 503 + Retry-After. Lower = less memory, and more first requests that "
+        "wait for a load (docs/DEPLOY.md). 0 = no bound: a bundle once loaded stays.",
+    )
+    eager_models: int = Field(
+        8,
+        ge=0,
+        description="Bundles loaded and warmed at start-up, the first of BUNDLES in order (as many as fit in "
+        "models_memory_mb); /readyz says ready once they are. The others load when a request first needs them. "
+        "More = a longer start and more memory; fewer = first requests that wait for a load.",
+    )
+    pivot_language: str = Field(
+        "en",
+        description="A pair that no bundle serves, X→Y, is served in two hops, X→this→Y, when bundles serve both; "
+        "twice the decoding, and each hop's errors carry into the next. Empty = no pivoting.",
+    )
     provider: Literal["auto", "cuda", "cpu"] = Field(
         "auto", description="ONNX Runtime execution provider: auto = CUDA when onnxruntime-gpu sees a GPU, else CPU."
     )

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from service.cli import derive as derive_cli
+from service.cli import models as models_cli
 from service.cli import translate_po
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--json", action="store_true", help="print the texts as a JSON list")
     translate_po.add_parser(sub)
     derive_cli.add_parser(sub)
+    models_cli.add_parser(sub)
     return parser
 
 
@@ -75,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         return serve(settings)
     if args.command == "translate-po":
         return translate_po.main(args, settings)
+    if args.command == "models":
+        return models_cli.main(args, settings)
     return local(args, settings)
 
 

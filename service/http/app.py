@@ -6,8 +6,9 @@ import asyncio
 import gc
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager, suppress
+from functools import partial
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -23,9 +24,13 @@ from service.http.slow_clients import BodyDeadline
 from service.http.state import State
 from service.metrics import Metrics
 from service.runtime.bundle import Bundle
+from service.runtime.runner import trim_memory
 from service.serving import startup
+from service.serving.budget import MiB
+from service.serving.catalog import Pair, pairs_of
 from service.serving.core_sharing import WhileSaturated
 from service.serving.engine import Engine, Runners
+from service.serving.pairs import Hooks, PairRegistry
 from service.settings import Settings
 
 log = logging.getLogger("attnserve")
@@ -55,39 +60,28 @@ def configure_logging(settings: Settings) -> None:
 
 
 async def start(state: State, bundles: list[Bundle], on_fatal: Callable[[str], None] | None = None) -> None:
-    """Build every bundle's runners, start its schedulers and warm it up, then mark ``state`` ready; on the event
-    loop while the server already answers (/readyz is 503 meanwhile). The ONNX Runtime sessions load on a thread.
+    """Register every bundle's pairs (service/serving/pairs.py), load and warm up the first ``eager_models`` that
+    fit in ``models_memory_mb``, then mark ``state`` ready; on the event loop while the server already answers
+    (/readyz is 503 meanwhile). The others load when a request first needs them.
 
     A failure is logged in one line, left in /readyz's answer, and handed to ``on_fatal`` (the command line exits).
     """
     settings, metrics = state.settings, state.metrics
     saturation = WhileSaturated(settings.max_batch_size) if settings.sched_batch == "saturated" else None
+    hooks = Hooks(loaded=metrics.observe_load, unloaded=metrics.observe_unload)
+    load, unload = partial(load_engine, state, saturation), partial(unload_engine, state)
+    registry = PairRegistry[Engine](bundles, load, unload, settings.models_memory_mb * MiB, hooks)
+    metrics.track(
+        lambda: sum(e.queue_depth for e in registry.engines()),
+        lambda: sum(e.active_sequences for e in registry.engines()),
+    )
+    metrics.track_pairs(registry.pair_states)
     try:
-        engines = []
-        for bundle in bundles:
-            runners = await asyncio.to_thread(Runners.build, bundle, settings)
-            engines.append(Engine(bundle, settings, runners))
-        for e in engines:
-            await e.start(
-                on_step=metrics.observe_step,
-                on_input=metrics.input_tokens.inc,
-                on_cache=metrics.observe_cache,
-                saturation=saturation,
-                on_spans=metrics.observe_spans,
-            )
-        served = [pair for e in engines for pair in e.for_targets()]  # a bundle's targets share its schedulers
-        for e in served:
-            metrics.model_info.labels(e.bundle.name, *e.pair, e.provider).set(1)
-        state.engines = {e.pair: e for e in served}
-        metrics.track(
-            lambda: sum(e.queue_depth for e in engines),
-            lambda: sum(e.active_sequences for e in engines),
-        )
-        if settings.warmup:
-            for e in engines:
-                await asyncio.to_thread(e.warm_up)
+        state.serve(registry)
+        await registry.preload(bundles[: settings.eager_models])
     except Exception as e:  # a graph ONNX Runtime refuses, a provider that fails: the process cannot serve
-        state.not_ready = f"start-up failed: {type(e).__name__}: {' '.join(str(e).split())}"
+        cause = e.__cause__ or e
+        state.not_ready = f"start-up failed: {type(cause).__name__}: {' '.join(str(cause).split())}"
         log.error("%s", state.not_ready)
         log.debug("start-up failure", exc_info=True)
         if on_fatal is not None:
@@ -95,7 +89,52 @@ async def start(state: State, bundles: list[Bundle], on_fatal: Callable[[str], N
         return
     freeze_start_up()
     state.ready = True
-    log.info("serving %s", ", ".join(f"{e.bundle.name} ({'→'.join(e.pair)})" for e in served))
+    loaded = ", ".join(f"{b.name} ({'→'.join(p)})" for b in registry.loaded() for p in pairs_of(b.manifest))
+    log.info("serving %d pairs; loaded %s", len(state.routes), loaded or "none yet")
+
+
+async def load_engine(state: State, saturation: WhileSaturated | None, bundle: Bundle) -> dict[Pair, Engine]:
+    """A bundle's engines by pair: its runners (on a thread), its schedulers started, warmed up when ``warmup`` is
+    on; one engine a target, sharing them (a multi-target bundle)."""
+    settings, metrics = state.settings, state.metrics
+    runners = await asyncio.to_thread(Runners.build, bundle, settings)
+    engine = Engine(bundle, settings, runners)
+    await engine.start(
+        on_step=metrics.observe_step,
+        on_input=metrics.input_tokens.inc,
+        on_cache=metrics.observe_cache,
+        saturation=saturation,
+        on_spans=metrics.observe_spans,
+    )
+    try:
+        if settings.warmup:
+            await asyncio.to_thread(engine.warm_up)
+        served = engine.for_targets()
+    except BaseException:
+        await engine.stop()
+        raise
+    for e in served:
+        metrics.model_info.labels(bundle.name, *e.pair, e.provider).set(1)
+    return {e.pair: e for e in served}
+
+
+async def unload_engine(state: State, engines: Mapping[Pair, Engine]) -> None:
+    """Stop a bundle's schedulers (its first engine's, which the others share) and hand the memory they held back
+    to the system."""
+    for e in engines.values():
+        state.metrics.model_info.remove(e.bundle.name, *e.pair, e.provider)
+    await next(iter(engines.values())).stop()
+    del engines
+    await asyncio.to_thread(release_memory)
+
+
+def release_memory() -> None:
+    """Collect what an unloaded engine left (its sessions may sit in reference cycles, which the start-up freeze
+    would keep for good), freeze what remains again, and trim the heap."""
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
+    trim_memory()
 
 
 def freeze_start_up() -> None:
@@ -127,7 +166,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         configure_logging(s)
         checked = startup.check(s) if bundles is None else bundles
-        app.state.attnserve = holder["state"] = state = State(s, [], Metrics())
+        app.state.attnserve = holder["state"] = state = State(s, Metrics())
         loading = asyncio.create_task(start(state, checked, on_fatal))
         try:
             yield
@@ -136,8 +175,8 @@ def create_app(
                 loading.cancel()
                 with suppress(asyncio.CancelledError):
                     await loading
-            for e in {id(e.schedulers): e for e in state.engines.values()}.values():  # a bundle's targets share them
-                await e.stop()
+            if state.pairs is not None:
+                await state.pairs.close()
 
     app = FastAPI(
         title="attnserve",

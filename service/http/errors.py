@@ -22,10 +22,13 @@ from service.errors import (
     ClientGone,
     InvalidText,
     LayoutMismatch,
+    ModelsBusy,
     NoSuchFile,
     NoSuchIndex,
     NotReady,
     OptionOverLimit,
+    PairUnavailable,
+    PivotOnly,
     TooLarge,
     UnknownPair,
     UnreadableFile,
@@ -110,11 +113,11 @@ def _gone(_: Exception) -> str:
     return "the client closed the connection"
 
 
-def _retry_after(e: QueueFull | RateLimited) -> dict[str, str]:
+def _retry_after(e: QueueFull | RateLimited | ModelsBusy) -> dict[str, str]:
     return {"Retry-After": str(e.retry_after)}
 
 
-def _retry_soon(_: NotReady) -> dict[str, str]:
+def _retry_soon(_: NotReady | PairUnavailable) -> dict[str, str]:
     return {"Retry-After": "1"}
 
 
@@ -122,6 +125,7 @@ STATUS: dict[type[Exception], Rule] = {
     MalformedBody: Rule(400, "invalid"),
     UnsupportedFormat: Rule(400, "invalid"),
     UnknownPair: Rule(400, "invalid"),
+    PivotOnly: Rule(400, "invalid"),
     AmbiguousSource: Rule(400, "invalid"),
     UnreadableFile: Rule(400, "invalid"),
     EmptyText: Rule(400, "invalid"),
@@ -139,6 +143,8 @@ STATUS: dict[type[Exception], Rule] = {
     DeadlineExceeded: Rule(504, "deadline", lambda e: f"{e}; try a shorter text or retry later"),
     InvalidText: Rule(400, "invalid"),
     NotReady: Rule(503, None, str, _retry_soon),
+    ModelsBusy: Rule(503, "models_busy", str, _retry_after),
+    PairUnavailable: Rule(503, None, str, _retry_soon),
     RateLimited: Rule(429, "rate_limited", str, _retry_after),
     KeyLimitExceeded: Rule(413, "key_limited"),
 }

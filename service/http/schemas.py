@@ -111,7 +111,8 @@ class TranslateResponse(BaseModel):
         "source token's most attention from any step), confidence (0–1, calibrated on dev; null without a "
         "calibration), flags ('omission', 'copy', 'repetition') and spans (for a text with protected spans, how "
         "they were restored: 'decoded', 'constrained', 'attention' or 'appended'; else null); {} for a text that "
-        "decoded nothing.",
+        "decoded nothing. Through a pivot language: {hops: [{source, target, translatedText, ...that hop's "
+        "details}, ...]}.",
         examples=[
             {
                 "source_tokens": ["▁Open", "▁file", "</s>"],

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from service.runtime.bundle import Bundle, BundleError, load_bundle
+from service.serving.budget import MiB
+from service.serving.catalog import disk_bytes, pairs_of
 from service.settings import Settings
 
 ENV_PREFIX = "ATTNSERVE_"
@@ -76,14 +78,29 @@ def check(settings: Settings) -> list[Bundle]:
     bundles = [check_bundle(path, settings) for path in settings.bundles]
     pairs: dict[tuple[str, str], Path] = {}
     for b in bundles:
-        for pair in ((b.source_lang, target) for target in b.targets):
+        for pair in pairs_of(b.manifest):
             if pair in pairs:
                 raise StartupError(
                     f"{b.path} and {pairs[pair]} both translate {'→'.join(pair)}: serve one bundle per pair "
                     f"({ENV_PREFIX}BUNDLES)"
                 )
             pairs[pair] = b.path
+        check_fits(b, settings)
     return bundles
+
+
+def check_fits(bundle: Bundle, settings: Settings) -> None:
+    """A bundle fits in ``models_memory_mb`` alone (else it could never load).
+
+    Raises:
+        StartupError: it does not.
+    """
+    size, bound = disk_bytes(bundle.path, bundle.manifest), settings.models_memory_mb * MiB
+    if bound and size > bound:
+        raise StartupError(
+            f"{bundle.path}: its files take {-(-size // MiB)} MiB, more than {ENV_PREFIX}MODELS_MEMORY_MB="
+            f"{settings.models_memory_mb}: raise it, or serve the bundle elsewhere"
+        )
 
 
 def check_bundle(path: Path, settings: Settings) -> Bundle:
@@ -132,9 +149,6 @@ def consistent(bundle: Bundle) -> None:
     for name in ("pad_id", "eos_id", "unk_id", "decoder_start_id"):
         if not 0 <= getattr(spec, name) < spec.vocab_size:
             raise BundleError(f"{where}, but model.{name}={getattr(spec, name)} is outside it")
-    for target, prefix in bundle.targets.items():
-        if not all(0 <= i < spec.vocab_size for i in prefix):
-            raise BundleError(f"{where}, but target {target}'s prefix {prefix} is outside it")
 
 
 def bind(settings: Settings) -> socket.socket:

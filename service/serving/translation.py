@@ -72,12 +72,24 @@ class Details:
 
 
 @dataclass(frozen=True, slots=True)
+class Hop:
+    """One hop of a translation through a pivot language: its pair, the text it gave and, if asked, its details."""
+
+    source: str
+    target: str
+    text: str
+    details: Details | None
+
+
+@dataclass(frozen=True, slots=True)
 class Translation:
-    """One text's translation, its alternatives (texts that read differently, best first) and, if asked, details."""
+    """One text's translation, its alternatives (texts that read differently, best first) and, if asked, details;
+    through a pivot language, its ``hops`` in order (each with its own details) and no details of its own."""
 
     text: str
     alternatives: list[str]
     details: Details | None
+    hops: tuple[Hop, ...] = ()
 
 
 @dataclass(frozen=True)

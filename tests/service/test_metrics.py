@@ -21,6 +21,9 @@ METRICS = [
     "attnserve_active_sequences",
     "attnserve_rejected_total",
     "attnserve_model_info",
+    "attnserve_pairs",
+    "attnserve_model_load_seconds_count",
+    "attnserve_model_loads_total",
 ]
 
 

@@ -44,13 +44,13 @@ async def attention(request: Request) -> Response:
     source = body.source
     if source == "auto":
         source = detect_sources(state.detector, [body.q], body.target, list(state.served()))[0].language
-    engine, _ = state.engine(source, body.target)
+    route, _ = state.route(source, body.target)
     options = Options(
         beam_size=body.beam_size, max_length=body.max_length, glossary=body.glossary, keep=tuple(body.keep or ())
     )
     check_options(state.settings, options)
     filters = Filters(body.kinds, body.layers, body.heads)
-    result = await engine.attention(body.q, options, filters, body.target_text, request.is_disconnected, arrival)
+    result = await route.attention(body.q, options, filters, body.target_text, request.is_disconnected, arrival)
     gzipped = "gzip" in request.headers.get("accept-encoding", "")
     content = await asyncio.to_thread(render, result, body.encoding, gzipped)  # megabytes: off the event loop
     headers = {"Vary": "Accept-Encoding", **({"Content-Encoding": "gzip"} if gzipped else {})}

@@ -17,7 +17,7 @@ from service.http.errors import InvalidField, MalformedBody, UnsupportedFormat
 from service.http.openapi import ERRORS
 from service.http.schemas import TranslateFileResponse
 from service.http.state import state_of
-from service.serving.engine import Engine
+from service.serving.route import Route
 from service.serving.translation import Options
 
 router = APIRouter()
@@ -58,11 +58,11 @@ async def read_form(request: Request) -> FormData:
         raise MalformedBody(f"malformed multipart body: {e}; send the file as a multipart part named 'file'") from e
 
 
-def engine_translator(engine: Engine, size: int) -> Translate:
-    """The engine's greedy translations, ``size`` texts a batch."""
+def route_translator(route: Route, size: int) -> Translate:
+    """The pair's greedy translations, ``size`` texts a batch."""
 
     async def call(texts: list[str]) -> list[str]:
-        return [t.text for t in await engine.translate(texts, Options())]
+        return [t.text for t in await route.translate(texts, Options())]
 
     return batched(call, size)
 
@@ -96,14 +96,14 @@ async def translate_upload(request: Request, form: FormData) -> JSONResponse:
     target = field("target")
     if not target:
         raise InvalidField("target: missing; send the target language code, as GET /languages lists it")
-    engine, _ = state.engine(field("source") or "auto", target)
+    route, _ = state.route(field("source") or "auto", target)
     data = await upload.read(settings.max_file_bytes + 1)
     if len(data) > settings.max_file_bytes:
         limit = settings.max_file_bytes
         raise TooLarge(f"file: over the limit max_file_bytes={limit}", "max_file_bytes", limit)
     if not data:
         raise InvalidField("file: it is empty")
-    translated = await file_format.translate(data, engine_translator(engine, settings.max_texts), target)
+    translated = await file_format.translate(data, route_translator(route, settings.max_texts), target)
     name = await asyncio.to_thread(state.files.save, translated, upload.filename)
     return JSONResponse({"translatedFileUrl": str(request.url_for("download_file", name=name))})
 

@@ -21,13 +21,15 @@ async def healthz() -> dict[str, str]:
 
 @router.get("/readyz", responses={503: {"model": ErrorResponse}})
 async def readyz(request: Request) -> Response:
-    """Ready: every bundle is loaded and has decoded once (503 while loading, after a start-up failure, and while
-    draining on SIGTERM: service/http/drain.py answers then)."""
+    """Ready: every bundle's manifest and files are checked, and the bundles loaded at start-up (``eager_models``)
+    have decoded once; the others load on first use (503 while loading, after a start-up failure, and while
+    draining on SIGTERM: service/http/drain.py answers then). ``models`` names every bundle, ``loaded`` those
+    loaded now."""
     state = state_of(request)
-    if not state.ready:
+    if not state.ready or state.pairs is None:
         return error(503, state.not_ready, {"Retry-After": "1"})
-    models = list(dict.fromkeys(e.bundle.name for e in state.engines.values()))  # a bundle's targets: one model
-    return JSONResponse({"status": "ready", "models": models})
+    models = [s.bundle.name for s in state.pairs.slots]
+    return JSONResponse({"status": "ready", "models": models, "loaded": [b.name for b in state.pairs.loaded()]})
 
 
 @router.get("/metrics", include_in_schema=False)

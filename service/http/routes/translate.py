@@ -16,8 +16,8 @@ from service.http.limits import check_options, check_texts
 from service.http.openapi import ERRORS, request_body
 from service.http.schemas import TranslateRequest, TranslateResponse
 from service.http.state import state_of
-from service.serving.engine import Engine
-from service.serving.translation import Details, Options, Translation, check_unicode
+from service.serving.route import Route
+from service.serving.translation import Details, Hop, Options, Translation, check_unicode
 from service.text.detect import Detection
 
 router = APIRouter(route_class=LeanRoute)  # the endpoint takes the Request and answers itself
@@ -36,11 +36,11 @@ async def translate(request: Request) -> OrjsonResponse:
     state = state_of(request)
     body = await json_body(request, TranslateRequest)
     state.admission.check(request, body.api_key, body.q)
-    engines = state.served()  # 503 while loading, whatever the source
-    engine = None if body.source == "auto" else state.engine(body.source, body.target)[0]  # auto: per text, below
+    routes = state.served()  # 503 while loading, whatever the source
+    route = None if body.source == "auto" else state.route(body.source, body.target)[0]  # auto: per text, below
     texts = [body.q] if isinstance(body.q, str) else body.q
     check_texts(state.settings, texts)
-    if engine is None:
+    if route is None:
         check_unicode(texts)  # before language detection, which cannot read an unpaired surrogate
     options = Options(
         beam_size=body.beam_size or 1,
@@ -55,20 +55,20 @@ async def translate(request: Request) -> OrjsonResponse:
     detected: list[Detection] | None = None
     if body.format == "html":
         translations, detected = await translate_pages(request, body, texts, options, arrival)
-    elif engine is None:
+    elif route is None:
         gone = request.is_disconnected
         translations, detected = await translate_auto(
-            engines, state.detector, texts, body.target, options, gone, arrival
+            routes, state.detector, texts, body.target, options, gone, arrival
         )
     else:
-        translations = await engine.translate(texts, options, request.is_disconnected, arrival)
+        translations = await route.translate(texts, options, request.is_disconnected, arrival)
     return OrjsonResponse(answer(body, translations, detected))  # already TranslateResponse's: no second validation
 
 
 async def translate_pages(
     request: Request, body: TranslateRequest, pages: list[str], options: Options, arrival: float
 ) -> tuple[list[Translation], list[Detection] | None]:
-    """``format: "html"``: each page's text units translated by its pair's engine (detected with ``auto``)."""
+    """``format: "html"``: each page's text units translated by its pair's route (detected with ``auto``)."""
     state = state_of(request)
     detected = None
     sources = [body.source] * len(pages)
@@ -78,19 +78,19 @@ async def translate_pages(
     plain = replace(options, alternatives=0, details=False)
     translations = []
     for page, source in zip(pages, sources, strict=True):
-        units = html_translator(state.engine(source, body.target)[0], plain, state.settings.max_texts, arrival)
+        units = html_translator(state.route(source, body.target)[0], plain, state.settings.max_texts, arrival)
         translations.append(Translation(await translate_html(page, units), [], None))
     return translations, detected
 
 
-def html_translator(engine: Engine, options: Options, size: int, arrival: float) -> Translate:
+def html_translator(route: Route, options: Options, size: int, arrival: float) -> Translate:
     """An HTML text's units translated ``size`` at a time (a page holds more of them than one request may), all
     within the request's deadline."""
 
     async def translate(texts: list[str]) -> list[str | None]:
         out: list[str | None] = []
         for i in range(0, len(texts), size):
-            out += [t.text for t in await engine.translate(texts[i : i + size], options, arrival=arrival)]
+            out += [t.text for t in await route.translate(texts[i : i + size], options, arrival=arrival)]
         return out
 
     return translate
@@ -108,9 +108,24 @@ def answer(body: TranslateRequest, translations: list[Translation], detected: li
         languages = [{"confidence": d.confidence, "language": d.language} for d in detected]
         out["detectedLanguage"] = languages[0] if one else languages
     if body.return_details:
-        details = [details_json(t.details) if t.details is not None else {} for t in translations]
+        details = [translation_details(t) for t in translations]
         out["details"] = details[0] if one else details
     return out
+
+
+def translation_details(t: Translation) -> dict[str, Any]:
+    """``return_details``' object for one text: its details, or through a pivot language only its ``hops``, each
+    with its pair, its text and its details."""
+    if t.hops:
+        return {"hops": [hop_json(h) for h in t.hops]}
+    return details_json(t.details) if t.details is not None else {}
+
+
+def hop_json(h: Hop) -> dict[str, Any]:
+    """One hop of a pivot translation."""
+    return {"source": h.source, "target": h.target, "translatedText": h.text, **translation_details(
+        Translation(h.text, [], h.details)
+    )}  # fmt: skip
 
 
 def details_json(d: Details) -> dict[str, Any]:

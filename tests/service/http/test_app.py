@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import gc
+from pathlib import Path
 
-from tests.service.conftest import ServerFactory
+from service.settings import Settings
+from tests.service.conftest import Server, ServerFactory
+from tests.service.pair_bundles import pair_bundle
 
 
 def test_start_up_leaves_what_it_made_out_of_garbage_collection(make_server: ServerFactory) -> None:
@@ -15,3 +18,46 @@ def test_start_up_leaves_what_it_made_out_of_garbage_collection(make_server: Ser
     make_server()
     assert gc.get_freeze_count() > 0
     assert gc.get_threshold() == (10_000, 10, 10)
+
+
+def metric(text: str, name: str) -> float:
+    """One sample's value from /metrics' text."""
+    (line,) = [x for x in text.splitlines() if x.startswith(name + " ")]
+    return float(line.split()[-1])
+
+
+def test_pairs_load_on_first_use_and_the_least_recently_used_unloads_under_the_bound(
+    tiny_bundle: Path, tmp_path: Path
+) -> None:
+    """Three bundles, none eager, a bound that holds two: ready at once, every pair listed; each first request loads
+    its bundle, the third unloads the least recently used, which loads again and answers as before."""
+    bundles = [pair_bundle(tiny_bundle, tmp_path, s, t) for s, t in (("en", "ja"), ("ja", "en"), ("en", "de"))]
+    with Server(Settings(bundles=bundles, eager_models=0, models_memory_mb=1)) as server, server.client() as c:
+        ready = c.get("/readyz").json()
+        assert ready == {"status": "ready", "models": ["tiny-en-ja", "tiny-ja-en", "tiny-en-de"], "loaded": []}
+        assert [x["code"] for x in c.get("/languages").json()] == ["de", "en", "ja"]
+        assert metric(c.get("/metrics").text, 'attnserve_pairs{state="unloaded"}') == 3
+
+        def ask(source: str, target: str) -> str:
+            response = c.post("/translate", json={"q": "Open file", "source": source, "target": target})
+            assert response.status_code == 200, response.text
+            return str(response.json()["translatedText"])
+
+        first = ask("en", "ja")
+        ask("ja", "en")
+        ask("en", "de")  # en→ja, the least recently used, makes room
+        assert c.get("/readyz").json()["loaded"] == ["tiny-ja-en", "tiny-en-de"]
+        assert ask("en", "ja") == first  # ja→en makes room now
+        text = c.get("/metrics").text
+    assert metric(text, 'attnserve_pairs{state="loaded"}') == 2
+    assert metric(text, 'attnserve_pairs{state="unloaded"}') == 1
+    assert metric(text, "attnserve_model_loads_total") == 4
+    assert metric(text, "attnserve_model_unloads_total") == 2
+    assert metric(text, "attnserve_model_load_seconds_count") == 4
+    assert 'attnserve_model_info{name="tiny-ja-en"' not in text and 'attnserve_model_info{name="tiny-en-ja"' in text
+
+
+def test_by_default_every_bundle_is_loaded_before_ready(make_server: ServerFactory) -> None:
+    with make_server().client() as c:
+        assert c.get("/readyz").json() == {"status": "ready", "models": ["tiny-en-ja"], "loaded": ["tiny-en-ja"]}
+        assert metric(c.get("/metrics").text, 'attnserve_pairs{state="loaded"}') == 1

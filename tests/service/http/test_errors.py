@@ -9,7 +9,12 @@ import time
 
 import httpx
 import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
 
+from service.errors import ModelsBusy, PairUnavailable, PivotOnly
+from service.http import errors
+from service.metrics import Metrics
 from tests.service.conftest import Server, ServerFactory
 
 OK = {"q": "Open file", "source": "en", "target": "ja"}
@@ -109,3 +114,30 @@ def test_a_caller_gone_while_sending_its_body_is_no_server_error(make_server: Se
         time.sleep(0.05)
     assert statuses() == {"499"}
     still_serving(server)
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "reason"),
+    [
+        (ModelsBusy("the model for en→de is not loaded"), 503, "models_busy"),
+        (PairUnavailable("the model for en→de failed to load"), 503, None),
+        (PivotOnly("ja→de is served through en"), 400, "invalid"),
+    ],
+)
+def test_pair_errors_have_their_status(error: Exception, status: int, reason: str | None) -> None:
+    """A pair that cannot be loaded now is a 503 to retry; /attention on a pivot pair is the caller's 400."""
+    metrics = Metrics()
+    app = FastAPI()
+    errors.install(app, lambda: metrics)
+
+    @app.post("/translate")
+    async def translate() -> None:
+        raise error
+
+    with TestClient(app) as c:
+        response = c.post("/translate")
+    assert response.status_code == status
+    assert response.json() == {"error": str(error)}
+    assert ("Retry-After" in response.headers) == (status == 503)
+    if reason is not None:
+        assert metrics.rejected.labels(reason)._value.get() == 1

@@ -18,6 +18,8 @@ import httpx
 import pytest
 
 from service.runtime.bundle import load_bundle, sha256
+from service.serving.startup import StartupError, check
+from service.settings import Settings
 from tests.service.process import REPO, ServeProcess, free_port
 
 
@@ -248,3 +250,13 @@ def test_every_thread_runs_under_sched_batch_as_set(sched_batch: str, tiny_bundl
     batch, other = os.SCHED_BATCH, os.SCHED_OTHER
     assert (seen, after) == {"always": ({batch}, {batch}), "saturated": ({batch, other}, {other}),
                              "off": ({other}, {other})}[sched_batch]  # fmt: skip
+
+
+def test_a_bundle_larger_than_the_models_memory_bound_stops_start_up(tiny_bundle: Path, tmp_path: Path) -> None:
+    """A bundle that could never load under ATTNSERVE_MODELS_MEMORY_MB is named before the server listens."""
+    bundle = Path(shutil.copytree(tiny_bundle, tmp_path / "big"))
+    (bundle / "padding.bin").write_bytes(bytes(2 << 20))
+    edit_manifest(bundle, lambda m: m["sha256"].update({"padding.bin": sha256(bundle / "padding.bin")}))
+    with pytest.raises(StartupError, match=r"big: its files take 3 MiB, more than ATTNSERVE_MODELS_MEMORY_MB=2"):
+        check(Settings(bundles=[bundle], models_memory_mb=2))
+    assert check(Settings(bundles=[bundle], models_memory_mb=3))

@@ -1,0 +1,143 @@
+"""``attnserve models``: what a server with the current settings would serve: each bundle with its pairs, where it
+came from, its parameters, size on disk, stored precision and graph variants, and the pairs served through the pivot
+language. It reads manifests and ONNX graphs' initializer headers only: no session, no weights, no torch."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from service.serving.catalog import Pair, disk_bytes, pairs_of, pivots
+from service.settings import Settings
+
+ONNX_FLOATS = {1: "float32", 10: "float16", 11: "float64", 16: "bfloat16"}  # TensorProto.DataType
+
+
+@dataclass(frozen=True)
+class Model:
+    """One bundle as ``attnserve models`` lists it."""
+
+    path: str
+    name: str
+    pairs: list[Pair]
+    origin: str  # one line from the manifest's provenance
+    provenance: dict[str, Any]
+    parameters: int
+    disk_bytes: int
+    precision: list[str]  # the floating-point types of the float32 graphs' stored weights
+    variants: dict[str, str]  # variant -> "shipped", "derived" or "not derived yet"
+
+
+def add_parser(sub: Any) -> None:
+    """``attnserve models [--json]``."""
+    p = sub.add_parser("models", help="list the bundles and pairs a server with these settings would serve")
+    p.add_argument("--bundle", type=Path, action="append", help="bundle directory (default: ATTNSERVE_BUNDLES)")
+    p.add_argument("--json", action="store_true", help="one JSON object: bundles and pivot pairs")
+
+
+def main(args: Any, settings: Settings) -> int:
+    """Print the table (or ``--json``); 2 with one line on stderr for a bundle whose manifest cannot be read."""
+    models = []
+    for path in settings.bundles:
+        try:
+            models.append(describe(path))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            print(f"attnserve: {path}: cannot be read as a bundle ({type(e).__name__}: {e})", file=sys.stderr)
+            return 2
+    direct = [p for m in models for p in m.pairs]
+    pivoted = [(p.source, p.via, p.target) for p in pivots(direct, settings.pivot_language)]
+    if args.json:
+        print(json.dumps({"bundles": [asdict(m) for m in models], "pivots": pivoted}, ensure_ascii=False, indent=2))
+    else:
+        print(table(models, pivoted))
+    return 0
+
+
+def describe(path: Path) -> Model:
+    """One bundle, from its manifest and its float32 graphs' initializer headers.
+
+    Raises:
+        OSError, ValueError, KeyError, TypeError: no readable manifest, or one without the fields it needs.
+    """
+    manifest = json.loads((path / "manifest.json").read_text())
+    graphs = manifest["graphs"]
+    variants = {"float32": "shipped"}
+    derived = manifest.get("derived", {})
+    for name, files in graphs.items():
+        if isinstance(files, dict):
+            variants[name] = variant_state(path, list(files.values()), derived)
+    provenance = manifest.get("provenance", {})
+    return Model(
+        path=str(path),
+        name=str(manifest["name"]),
+        pairs=pairs_of(manifest),
+        origin=origin(provenance),
+        provenance=provenance,
+        parameters=parameters(manifest["model"]),
+        disk_bytes=disk_bytes(path, manifest),
+        precision=precision([path / graphs["encoder"], path / graphs["decoder"]]),
+        variants=variants,
+    )
+
+
+def variant_state(path: Path, files: list[str], derived: dict[str, Any]) -> str:
+    """``shipped`` (exported with the bundle), ``derived`` (written from the shipped graphs, on a first start or by
+    ``attnserve derive``) or ``not derived yet``."""
+    if not set(files) & set(derived):
+        return "shipped"
+    return "derived" if all((path / f).is_file() for f in files) else "not derived yet"
+
+
+def origin(provenance: dict[str, Any]) -> str:
+    """Where a bundle came from, in a few words."""
+    if "imported_from" in provenance:
+        ct2 = provenance.get("ctranslate2")
+        via = f" (Argos package, CTranslate2 {ct2.get('spec')})" if isinstance(ct2, dict) else ""
+        return f"imported from {provenance['imported_from']}{via}"
+    if "exported" in provenance:
+        return f"trained here, exported {provenance['exported']}"
+    return "unknown (no provenance in the manifest)"
+
+
+def parameters(model: dict[str, Any]) -> int:
+    """The Transformer's trained parameters (model/transformer.py: tied matrices once, no buffers)."""
+    d, d_ff, v = int(model["d_model"]), int(model["d_ff"]), int(model["vocab_size"])
+    attention = 4 * (d * d + d)
+    ffn = d * d_ff + d_ff + d_ff * d + d
+    norm = 2 * d
+    encoder = int(model["n_encoder_layers"]) * (attention + ffn + 2 * norm)
+    decoder = int(model["n_decoder_layers"]) * (2 * attention + ffn + 3 * norm)
+    embeddings = v * d * (1 if model.get("tie_embeddings", True) else 3)
+    final = 2 * norm if model.get("normalize_before", False) else 0
+    return encoder + decoder + embeddings + final
+
+
+def precision(graphs: list[Path]) -> list[str]:
+    """The floating-point types the graphs' initializers are stored in (headers only: external data not read)."""
+    import onnx
+
+    found = set()
+    for graph in graphs:
+        for tensor in onnx.load(str(graph), load_external_data=False).graph.initializer:
+            if tensor.data_type in ONNX_FLOATS:
+                found.add(ONNX_FLOATS[tensor.data_type])
+    return sorted(found)
+
+
+def table(models: list[Model], pivoted: list[tuple[str, str, str]]) -> str:
+    """The plain table: one line a bundle, then the pivot pairs."""
+    rows = [("bundle", "pairs", "parameters", "disk", "precision", "variants", "origin")]
+    for m in models:
+        variants = ", ".join(v if s == "shipped" else f"{v} ({s})" for v, s in m.variants.items())
+        pairs = " ".join(f"{s}→{t}" for s, t in m.pairs)
+        size = f"{m.disk_bytes / (1 << 20):.1f} MiB"
+        rows.append((m.name, pairs, f"{m.parameters:,}", size, "/".join(m.precision), variants, m.origin))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    lines = ["  ".join([*(c.ljust(w) for c, w in zip(r, widths, strict=False)), r[-1]]).rstrip() for r in rows]
+    if pivoted:
+        lines += ["", "through a pivot language:"]
+        lines += [f"  {s}→{t} via {v} ({s}→{v}, {v}→{t})" for s, v, t in pivoted]
+    return "\n".join(lines)

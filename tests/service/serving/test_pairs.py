@@ -1,0 +1,166 @@
+"""The pair registry (service/serving/pairs.py): lazy loads, one load for concurrent first requests, least recently
+used unloads under the bound, never an unload of a bundle in use, 503 when nothing can be unloaded."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+from service.errors import ModelsBusy, PairUnavailable, UnknownPair
+from service.runtime.bundle import Bundle, load_bundle
+from service.serving.catalog import disk_bytes, pairs_of
+from service.serving.pairs import Hooks, PairRegistry
+from tests.service.pair_bundles import pair_bundle
+
+PAIRS = [("en", "ja"), ("ja", "en"), ("en", "de")]
+
+
+class Loads:
+    """A fake load and unload that record what they were asked, optionally held until released."""
+
+    def __init__(self) -> None:
+        self.loaded: list[str] = []
+        self.unloaded: list[str] = []
+        self.gate: asyncio.Event | None = None
+        self.fail = False
+
+    async def load(self, bundle: Bundle) -> dict[tuple[str, str], str]:
+        self.loaded.append(bundle.name)
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.fail:
+            raise RuntimeError("a graph ONNX Runtime refuses")
+        return dict.fromkeys(pairs_of(bundle.manifest), bundle.name)
+
+    async def unload(self, engines: Mapping[tuple[str, str], str]) -> None:
+        self.unloaded.extend(engines.values())
+
+
+@pytest.fixture(scope="module")
+def bundles(tiny_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> list[Bundle]:
+    root = tmp_path_factory.mktemp("pairs")
+    return [load_bundle(pair_bundle(tiny_bundle, root, s, t)) for s, t in PAIRS]
+
+
+def registry(bundles: list[Bundle], loads: Loads, fit: int = 0, hooks: Hooks | None = None) -> PairRegistry[str]:
+    """A registry whose bound holds ``fit`` bundles (0: no bound)."""
+    size = disk_bytes(bundles[0].path, bundles[0].manifest)
+    return PairRegistry(bundles, loads.load, loads.unload, fit * size, hooks)
+
+
+async def use(r: PairRegistry[str], pair: tuple[str, str]) -> str:
+    async with r.use(pair) as engine:
+        return engine
+
+
+def test_a_pair_loads_on_first_use_only(bundles: list[Bundle]) -> None:
+    loads, seconds = Loads(), []
+    r = registry(bundles, loads, hooks=Hooks(loaded=seconds.append))
+
+    async def run() -> list[str]:
+        assert r.pair_states() == {"loaded": 0, "loading": 0, "unloaded": 3}
+        return [await use(r, ("ja", "en")), await use(r, ("ja", "en"))]
+
+    assert asyncio.run(run()) == ["tiny-ja-en", "tiny-ja-en"]
+    assert loads.loaded == ["tiny-ja-en"] and len(seconds) == 1
+    assert r.pair_states() == {"loaded": 1, "loading": 0, "unloaded": 2}
+    assert r.pairs == PAIRS
+
+
+def test_concurrent_first_requests_load_once(bundles: list[Bundle]) -> None:
+    loads = Loads()
+    r = registry(bundles, loads)
+
+    async def run() -> list[str]:
+        loads.gate = asyncio.Event()
+        tasks = [asyncio.ensure_future(use(r, ("en", "de"))) for _ in range(5)]
+        await asyncio.sleep(0.01)
+        assert r.pair_states()["loading"] == 1
+        loads.gate.set()
+        return await asyncio.gather(*tasks)
+
+    assert asyncio.run(run()) == ["tiny-en-de"] * 5
+    assert loads.loaded == ["tiny-en-de"]
+
+
+def test_the_least_recently_used_idle_bundle_is_unloaded_under_the_bound(bundles: list[Bundle]) -> None:
+    loads, unloads = Loads(), []
+    r = registry(bundles, loads, fit=2, hooks=Hooks(unloaded=lambda: unloads.append(1)))
+
+    async def run() -> None:
+        await use(r, ("en", "ja"))
+        await use(r, ("ja", "en"))
+        await use(r, ("en", "ja"))  # ja→en is now the least recently used
+        await use(r, ("en", "de"))
+        await asyncio.sleep(0)  # the unload's task
+
+    asyncio.run(run())
+    assert loads.unloaded == ["tiny-ja-en"] and unloads == [1]
+    assert [b.name for b in r.loaded()] == ["tiny-en-ja", "tiny-en-de"]
+
+
+def test_a_bundle_in_use_is_never_unloaded_and_a_full_registry_answers_busy(bundles: list[Bundle]) -> None:
+    loads = Loads()
+    r = registry(bundles, loads, fit=1)
+
+    async def run() -> None:
+        async with r.use(("en", "ja")):
+            with pytest.raises(ModelsBusy, match="en→de is not loaded"):
+                await use(r, ("en", "de"))
+        assert await use(r, ("en", "de")) == "tiny-en-de"  # idle now: en→ja makes room
+
+    asyncio.run(run())
+    assert loads.unloaded == ["tiny-en-ja"]
+    assert r.pair_states() == {"loaded": 1, "loading": 0, "unloaded": 2}
+
+
+def test_a_failed_load_answers_unavailable_and_the_next_request_tries_again(bundles: list[Bundle]) -> None:
+    loads = Loads()
+    r = registry(bundles, loads)
+
+    async def run() -> str:
+        loads.fail = True
+        with pytest.raises(PairUnavailable, match="en→ja failed to load"):
+            await use(r, ("en", "ja"))
+        assert r.pair_states()["unloaded"] == 3
+        loads.fail = False
+        return await use(r, ("en", "ja"))
+
+    assert asyncio.run(run()) == "tiny-en-ja"
+    assert loads.loaded == ["tiny-en-ja", "tiny-en-ja"]
+
+
+def test_preload_loads_in_order_what_fits_and_an_unknown_pair_is_named(bundles: list[Bundle]) -> None:
+    loads = Loads()
+    r = registry(bundles, loads, fit=2)
+
+    async def run() -> None:
+        await r.preload(bundles)
+        with pytest.raises(UnknownPair, match="ja→de; this server serves en→ja, ja→en, en→de"):
+            await use(r, ("ja", "de"))
+        await r.close()
+
+    asyncio.run(run())
+    assert loads.loaded == ["tiny-en-ja", "tiny-ja-en"]
+    assert sorted(loads.unloaded) == ["tiny-en-ja", "tiny-ja-en"]
+
+
+def test_the_pairs_of_a_multi_target_bundle_share_one_load(tiny_bundle: Path, tmp_path: Path) -> None:
+    bundle = pair_bundle(tiny_bundle, tmp_path, "en", "ja")
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["targets"] = [{"code": "ja", "prefix": [5]}, {"code": "ko", "prefix": [6]}]
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    loads = Loads()
+    r = registry([load_bundle(bundle)], loads)
+
+    async def run() -> list[str]:
+        return [await use(r, ("en", "ja")), await use(r, ("en", "ko"))]
+
+    assert asyncio.run(run()) == ["tiny-en-ja", "tiny-en-ja"]
+    assert loads.loaded == ["tiny-en-ja"]
+    assert r.pairs == [("en", "ja"), ("en", "ko")]
+    assert r.pair_states() == {"loaded": 2, "loading": 0, "unloaded": 0}

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from model.export import export_bundle
+from model.export import add_int8, export_bundle
 from model.importers.ct2_transformer import map_transformer, transformer_config
 from model.importers.ctranslate2 import read_model_bin
 from model.importers.safe_zip import extract
@@ -221,7 +221,8 @@ def unpacked(package: Path, work: Path) -> Path:
 
 
 def import_argos(package: Path, out_dir: Path, *, name: str | None = None, force: bool = False) -> Path:
-    """Import an Argos package (folder or .argosmodel zip) as a bundle at ``out_dir``.
+    """Import an Argos package (folder or .argosmodel zip) as a bundle at ``out_dir``, with the int8 variant (its
+    graphs derived from the float32 weights on first load, as for any bundle).
 
     Nothing is written outside ``out_dir`` but a temporary folder beside it, removed before returning; on any
     refusal ``out_dir`` is left as it was.
@@ -240,7 +241,7 @@ def import_argos(package: Path, out_dir: Path, *, name: str | None = None, force
             raise PackageError("the package has no sentencepiece.model")
         model, tokens, affixes, provenance = build_model(folder, meta.target_prefix)
         spm = folder / "sentencepiece.model"
-        return export_bundle(
+        bundle = export_bundle(
             model,
             out_dir,
             name=name or out_dir.name,
@@ -256,3 +257,5 @@ def import_argos(package: Path, out_dir: Path, *, name: str | None = None, force
             },
             force=force,
         )
+        add_int8(bundle)
+        return bundle

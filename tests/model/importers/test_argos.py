@@ -1,5 +1,6 @@
 """``attnserve import-argos``: the imported bundle decodes the tokens CTranslate2 decodes (compute_type float32) on
-the same package, greedy and beam 4, for OpenNMT-py packages (float32 and int8) and an OPUS-MT-style one."""
+the same package, greedy and beam 4, for OpenNMT-py packages (float32, int8, float16, and one with a target prefix)
+and an OPUS-MT-style one."""
 
 from __future__ import annotations
 
@@ -67,8 +68,8 @@ def spm(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.parametrize(
     ("quantization", "config"),
-    [(None, {}), ("int8", {"add_source_bos": True, "add_source_eos": True})],
-    ids=["float32", "int8-bos-eos"],
+    [(None, {}), ("int8", {"add_source_bos": True, "add_source_eos": True}), ("float16", {"add_source_eos": True})],
+    ids=["float32", "int8-bos-eos", "float16-eos"],
 )
 def test_opennmt_py_package_matches_ctranslate2(
     tmp_path: Path, spm: Path, quantization: str | None, config: dict[str, bool]
@@ -78,7 +79,10 @@ def test_opennmt_py_package_matches_ctranslate2(
     manifest = json.loads((tmp_path / "bundle" / "manifest.json").read_text())
     assert (manifest["source_lang"], manifest["target_lang"]) == ("en", "ja")
     assert manifest["model"]["normalize_before"] and manifest["model"]["position_table"] == "weights"
-    bos, eos = ([2], [3]) if config else ([], [])  # <s> and </s> in OpenNMT-py's vocabulary
+    assert (quantization or "float32") in manifest["provenance"]["ctranslate2"]["weights"]
+    assert "int8" in manifest["graphs"]  # derived from the float32 weights on first load
+    bos = [2] if config.get("add_source_bos") else []  # <s> and </s> in OpenNMT-py's vocabulary
+    eos = [3] if config.get("add_source_eos") else []
     assert (manifest["tokenizer"]["source_prefix"], manifest["tokenizer"]["source_suffix"]) == (bos, eos)
     assert_parity(package, tmp_path / "bundle")
 

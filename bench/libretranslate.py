@@ -165,9 +165,11 @@ def run(args: argparse.Namespace, work: Path) -> tuple[list[str], dict[tuple[str
     return sentences, results
 
 
-def unpunctuated(text: str) -> str:
-    """``text`` without a last punctuation mark of those LibreTranslate's formatting changes."""
-    return text[:-1] if text[-1:] in PUNCTUATION else text
+def comparable(text: str) -> str:
+    """``text`` without what LibreTranslate rewrites after decoding: the last punctuation mark (made the source's),
+    the first letter's case (made the source's), ``_`` (written as a space)."""
+    text = (text[:-1] if text[-1:] in PUNCTUATION else text).replace("_", " ")
+    return text[:1].lower() + text[1:]
 
 
 def section(args: argparse.Namespace, sentences: list[str], results: dict[tuple[str, str], dict[str, Any]]) -> str:
@@ -187,9 +189,9 @@ def section(args: argparse.Namespace, sentences: list[str], results: dict[tuple[
     for decoding in (GREEDY, DEFAULTS):
         ours, theirs = (results[(s, decoding)]["outputs"] for s in ("attnserve", "LibreTranslate"))
         same = {i for i in range(len(sentences)) if ours[i] == theirs[i]}
-        close = {i for i in range(len(sentences)) if unpunctuated(ours[i]) == unpunctuated(theirs[i])}
+        close = {i for i in range(len(sentences)) if comparable(ours[i]) == comparable(theirs[i])}
         compared.append(f"- {decoding}: identical on {len(same)} of {len(sentences)} sentences, {len(close)} but for "
-                        f"the last punctuation mark; of the {len(plain)} without a protected span, {len(same & plain)} "
+                        f"LibreTranslate's rewrites; of the {len(plain)} without a protected span, {len(same & plain)} "
                         f"and {len(close & plain)}.")  # fmt: skip
     rss = "; ".join(f"{s}, {d}: {r['rss']:.0f} MiB" for (s, d), r in results.items() if r["rss"] is not None)
     return f"""## Side by side with LibreTranslate (bench/libretranslate.py)
@@ -204,7 +206,10 @@ alone, pinned to one core (`taskset -c {SERVER_CORE}`), the closed-loop load gen
 {args.seconds:g} s a cell after a warm-up, {len(sentences)} held-out sentences of the test split, one sentence a
 text. Greedy: attnserve one thread (its defaults), LibreTranslate `ARGOS_BEAM_SIZE=1` and one CTranslate2 thread;
 LibreTranslate's defaults: beam 4 and its thread settings, attnserve `beam_size` 4 with argos-translate's length
-penalty 0.2. Peak RSS: {rss}.
+penalty 0.2. The machine was shared with other work: load average {args.load:.1f} on its {os.cpu_count()} cores
+when the run began.
+
+Peak RSS: {rss}.
 
 {chr(10).join(lines)}
 
@@ -212,8 +217,10 @@ Outputs compared (each server translating every sentence once more, 20 a request
 
 {chr(10).join(compared)}
 
-They are not all the same by design: LibreTranslate makes a translation's last punctuation mark the source's
-(`improve_translation_formatting`: a `。` becomes `.`, a missing `.` is added); attnserve replaces protected spans
+They are not all the same by design. LibreTranslate rewrites what the model decoded: it makes the last punctuation
+mark the source's (`improve_translation_formatting`: a `。` becomes `.`, a missing `.` is added) and the first
+letter's case the source's, and writes `_` as a space ("but for LibreTranslate's rewrites" undoes these three on both
+sides before comparing). attnserve replaces protected spans
 (placeholders, tags) by stand-ins before decoding and restores them after; argos-translate asks CTranslate2 for
 `replace_unknowns` (an `<unk>` replaced by the source token it attends to most) and its `min_decoding_length=1`, which
 attnserve does not copy (docs/MODELS.md).
@@ -223,6 +230,7 @@ attnserve does not copy (docs/MODELS.md).
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     args.lt_versions = lt_versions(args.lt_venv / "bin" / "python")
+    args.load = os.getloadavg()[0]
     os.sched_setaffinity(0, {int(CLIENT_CORE)})  # the load generator; the servers run on SERVER_CORE
     work = args.work or Path(tempfile.mkdtemp(prefix="libretranslate-"))
     work.mkdir(parents=True, exist_ok=True)

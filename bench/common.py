@@ -45,17 +45,27 @@ def free_port() -> int:
 
 
 class Server:
-    """An HTTP server in a subprocess on 127.0.0.1: ready when ``GET /readyz`` answers 200, terminated on exit.
+    """An HTTP server in a subprocess on 127.0.0.1: ready when ``GET /readyz`` (``probe``) answers 200, terminated
+    on exit.
 
     Args:
         command: the command line; it must listen on ``port``.
         port: the loopback port the command listens on.
         env: extra environment variables.
         ready_timeout: seconds to wait for readiness.
+        probe: the path that answers 200 once it is ready (a server without /readyz: another path).
     """
 
-    def __init__(self, command: list[str], port: int, env: dict[str, str] | None = None, ready_timeout: float = 120):
+    def __init__(
+        self,
+        command: list[str],
+        port: int,
+        env: dict[str, str] | None = None,
+        ready_timeout: float = 120,
+        probe: str = "/readyz",
+    ) -> None:
         self.port = port
+        self.probe = probe
         self.url = f"http://127.0.0.1:{port}"
         self.ready_timeout = ready_timeout
         self.process = subprocess.Popen(command, env={**os.environ, **(env or {})}, cwd=ROOT)
@@ -66,7 +76,7 @@ class Server:
             if self.process.poll() is not None:
                 raise RuntimeError(f"the server exited with status {self.process.returncode} before it was ready")
             try:
-                if httpx.get(self.url + "/readyz", timeout=1).status_code == 200:
+                if httpx.get(self.url + self.probe, timeout=1).status_code == 200:
                     return self
             except httpx.TransportError:
                 pass

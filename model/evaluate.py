@@ -63,7 +63,9 @@ def decode_tokens(runner: Runner, texts: list[str], beam_size: int, batch_size: 
         requests = []
         for i in idx:
             src = tok.encode_source(texts[i])[: runner.spec.max_positions]
-            requests.append(DecodeRequest(src=src, beam_size=beam_size, max_length=min(2 * len(src) + 10, 256)))
+            prefix = tok.target_prefix  # forced, as the service forces it
+            length = min(2 * len(src) + 10 + len(prefix), 256)
+            requests.append(DecodeRequest(src=src, beam_size=beam_size, max_length=length, prefix=prefix))
         for i, result in zip(idx, decode(runner, requests), strict=True):
             out[i] = list(result.hypotheses[0].tokens)
     return out

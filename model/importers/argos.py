@@ -5,7 +5,9 @@ A package is a folder (or an ``.argosmodel`` zip of one folder) holding ``metada
 (``model.bin``, ``config.json``, ``shared_vocabulary.json`` or ``.txt``). argos-translate feeds CTranslate2 the bare
 SentencePiece pieces; CTranslate2 adds ``<s>``/``</s>`` around a source as config.json's ``add_source_bos`` and
 ``add_source_eos`` say and starts decoding from its ``decoder_start_token``. The bundle does the same: its
-tokenizer entry's ``source_prefix``/``source_suffix`` and the model's ``decoder_start_id``.
+tokenizer entry's ``source_prefix``/``source_suffix`` and the model's ``decoder_start_id``. A metadata.json
+``target_prefix`` (one token, which argos-translate passes as CTranslate2's ``target_prefix``) becomes the tokenizer
+entry's ``target_prefix``: the service forces it first and leaves it out of the answer, as argos-translate does.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from model.export import export_bundle
+from model.export import add_int8, export_bundle
 from model.importers.ct2_transformer import map_transformer, transformer_config
 from model.importers.ctranslate2 import read_model_bin
 from model.importers.safe_zip import extract
@@ -159,8 +161,26 @@ def layer_norm_eps(config: dict[str, Any]) -> float:
     return float(np.float32(eps))
 
 
-def build_model(folder: Path) -> tuple[Transformer, list[str], tuple[list[int], list[int]], dict[str, Any]]:
-    """The package's model as ours, its vocabulary (the pad token appended), source affixes and provenance.
+def prefix_ids(prefix: str, tokens: list[str], eos_id: int) -> list[int]:
+    """metadata.json's ``target_prefix`` as ids: none for an empty one, else its one token's id.
+
+    Raises:
+        PackageError: a token that is not in the vocabulary (CTranslate2 would force <unk>), or is </s>.
+    """
+    if not prefix:
+        return []
+    if prefix not in tokens:
+        raise PackageError(f"metadata.json: target_prefix {prefix!r} is not a token of the vocabulary")
+    if (i := tokens.index(prefix)) == eos_id:
+        raise PackageError(f"metadata.json: target_prefix {prefix!r} is the end of sentence token")
+    return [i]
+
+
+def build_model(
+    folder: Path, target_prefix: str = ""
+) -> tuple[Transformer, list[str], dict[str, list[int]], dict[str, Any]]:
+    """The package's model as ours, its vocabulary (the pad token appended), the tokenizer entry's affixes
+    (``source_prefix``, ``source_suffix``, ``target_prefix``) and provenance.
 
     Raises:
         PackageError, ModelBinError, UnsupportedModel: as their messages say.
@@ -170,7 +190,9 @@ def build_model(folder: Path) -> tuple[Transformer, list[str], tuple[list[int], 
     if not isinstance(config, dict):
         raise PackageError("model/config.json is not a JSON object")
     tokens = read_vocabulary(model_dir)
-    ids, affixes = special_ids(tokens, config)
+    ids, (source_prefix, source_suffix) = special_ids(tokens, config)
+    affixes = {"source_prefix": source_prefix, "source_suffix": source_suffix,
+               "target_prefix": prefix_ids(target_prefix, tokens, ids["eos_id"])}  # fmt: skip
     model_bin = read_model_bin(model_dir / "model.bin")
     mapped = map_transformer(model_bin, layer_norm_eps(config))
     if mapped.vocab_size != len(tokens):
@@ -199,7 +221,8 @@ def unpacked(package: Path, work: Path) -> Path:
 
 
 def import_argos(package: Path, out_dir: Path, *, name: str | None = None, force: bool = False) -> Path:
-    """Import an Argos package (folder or .argosmodel zip) as a bundle at ``out_dir``.
+    """Import an Argos package (folder or .argosmodel zip) as a bundle at ``out_dir``, with the int8 variant (its
+    graphs derived from the float32 weights on first load, as for any bundle).
 
     Nothing is written outside ``out_dir`` but a temporary folder beside it, removed before returning; on any
     refusal ``out_dir`` is left as it was.
@@ -214,16 +237,11 @@ def import_argos(package: Path, out_dir: Path, *, name: str | None = None, force
     with tempfile.TemporaryDirectory(dir=out_dir.parent, prefix=f".{out_dir.name}.package.") as work:
         folder = unpacked(package, Path(work))
         meta = read_metadata(folder)
-        if meta.target_prefix:
-            raise PackageError(
-                f"metadata.json: target_prefix {meta.target_prefix!r}; attnserve's decoder does not force a target "
-                "prefix, so this package cannot be imported exactly"
-            )
         if not (folder / "sentencepiece.model").is_file():
             raise PackageError("the package has no sentencepiece.model")
-        model, tokens, (prefix, suffix), provenance = build_model(folder)
+        model, tokens, affixes, provenance = build_model(folder, meta.target_prefix)
         spm = folder / "sentencepiece.model"
-        return export_bundle(
+        bundle = export_bundle(
             model,
             out_dir,
             name=name or out_dir.name,
@@ -231,7 +249,7 @@ def import_argos(package: Path, out_dir: Path, *, name: str | None = None, force
             target_lang=meta.to_code,
             tokenizer={"source": spm, "target": spm},
             vocab={t: i for i, t in enumerate(tokens)},
-            tokenizer_fields={"source_prefix": prefix, "source_suffix": suffix},
+            tokenizer_fields=affixes,
             provenance={
                 "imported_from": package.name,
                 "command": f"attnserve import-argos {package} {out_dir}",
@@ -239,3 +257,5 @@ def import_argos(package: Path, out_dir: Path, *, name: str | None = None, force
             },
             force=force,
         )
+        add_int8(bundle)
+        return bundle

@@ -128,8 +128,11 @@ class Batch:
         numbers = np.array([next(self._numbers) for _ in requests])
         for number, i in zip(numbers.tolist(), ix, strict=True):
             self.jobs[number] = Job(enc.keys[i], enc.requests[i], enc.attentions[i])
+        prefix = np.array([len(r.prefix) for r in requests], np.int64)
         limit = np.array([len(r.forced) if r.forced is not None else r.max_length for r in requests])
+        limit += np.where(width == 0, prefix, 0)  # a forced target comes after the prefix
         rows.job[at], rows.width[at], rows.limit[at] = numbers[rows_of], width[rows_of], limit[rows_of]
+        rows.prefix[at] = prefix[rows_of]
         rows.start[at], rows.length[at], rows.last[at], rows.score[at] = T, 0, self.spec.decoder_start_id, 0.0
         rows.alive[at] = np.concatenate([[True], rows_of[1:] != rows_of[:-1]])  # a request's first row
         rows.scored[at] = (np.array([r.scores for r in requests]) | (width >= 2))[rows_of]
@@ -171,7 +174,7 @@ class Batch:
         self._constrain(logits)
         scores = Scores(logits, rows.scored) if plan.scored else None
         token = greedy(plan, logits, out.tokens)
-        force(token, plan, rows, self.jobs)
+        force(token, plan, rows, self.jobs, rows.prefixed())
         done: list[int] = []  # request numbers finished in this step
         finals: list[tuple[int, int]] = []  # (request number, new row) hypotheses that finish at max_length
         ix, parents = plan.one, plan.one  # the rows that hold a continued hypothesis after this step, their parents
@@ -197,7 +200,7 @@ class Batch:
         rows.reserve(slots)  # a row generates one token a cache slot it owns
         rows.tokens[ix, n] = rows.last[ix] = chosen
         if scores is not None:  # (an unscored row's token scores are NaN, filled in by Rows.hypothesis)
-            logp = scores.logp(parents, chosen)
+            logp = np.where(n < rows.prefix[ix], np.float32(0), scores.logp(parents, chosen))  # a prefix' scores 0
             rows.token_scores[ix, n] = logp
             rows.score[ix] += logp
         rows.length[ix] += 1
@@ -260,7 +263,7 @@ class Batch:
         ``token`` (``stepped`` marks their rows), and requests with k finished, at their limit or without a child
         are done."""
         rows, eos = self.rows, self.spec.eos_id
-        choice = beam_choose(rows, k, scores, eos)
+        choice = beam_choose(rows, k, scores, eos, token)
         for p in choice.ended.tolist():  # finished hypotheses: the parent's, plus </s>
             hyp = rows.hypothesis(p)
             hyp.tokens.append(eos)
@@ -273,7 +276,7 @@ class Batch:
         ix, slot = choice.rows, choice.place
         parent[slot], token[slot], stepped[slot] = choice.parent, choice.token, True
         children = np.bincount(choice.request, minlength=len(ix))
-        t = rows.length[ix[:, 0]] + 1
+        t = rows.length[ix].max(axis=1) + 1  # a row without a child keeps its length
         at_limit = t >= rows.limit[ix[:, 0]]
         for q in range(len(ix)):
             number = int(rows.job[ix[q, 0]])
@@ -304,9 +307,10 @@ class Batch:
         results = []
         for number in done:
             job = self.jobs.pop(number)
-            lp = job.request.length_penalty
+            lp, prefix = job.request.length_penalty, len(job.request.prefix)
             ranked = sorted(job.finished, key=lambda h: -h.score / max(len(h.tokens), 1) ** lp)
-            results.append((job.key, DecodeResult(ranked[: max(job.request.n_best, 1)], job.encoder_attention)))
+            best = [h.without_prefix(prefix) if prefix else h for h in ranked[: max(job.request.n_best, 1)]]
+            results.append((job.key, DecodeResult(best, job.encoder_attention)))
         self._tidy()
         return results
 

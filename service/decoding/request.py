@@ -17,7 +17,7 @@ class DecodeRequest:
     Args:
         src: source ids ending with </s>.
         beam_size: 1 = greedy.
-        max_length: generated tokens at most (</s> included).
+        max_length: generated tokens at most (</s> and ``prefix`` included).
         length_penalty: finished beam hypotheses rank by score / length^length_penalty.
         n_best: hypotheses returned (≤ beam_size).
         forced: target ids (ending with </s>) to force-decode instead of searching.
@@ -26,6 +26,10 @@ class DecodeRequest:
             search always does, to rank; without it, greedy and forced hypotheses have NaN scores.
         constraint: stand-ins the search must emit exactly once each (service/decoding/constraint.py); the
             tokens it forbids get no probability, and the others' log-probabilities are renormalized over them.
+        prefix: target ids forced first, before ``forced`` or the search, as CTranslate2 forces a ``target_prefix``:
+            each scores 0, they count in ``max_length`` and in the length that beam search's length penalty divides
+            by, </s> ends nothing before their end, and the hypotheses come back without their tokens, scores and
+            attention steps (a self-attention row keeps their positions among its keys).
     """
 
     src: list[int]
@@ -37,6 +41,7 @@ class DecodeRequest:
     attention: bool = False
     scores: bool = True
     constraint: StandIns | None = None
+    prefix: tuple[int, ...] = ()
 
 
 @dataclass
@@ -52,6 +57,10 @@ class Hypothesis:
     def score(self) -> float:
         """The summed log-probability of its tokens."""
         return float(sum(self.token_scores))
+
+    def without_prefix(self, n: int) -> Hypothesis:
+        """This hypothesis without its first n tokens (a forced prefix): their tokens, scores and attention steps."""
+        return Hypothesis(self.tokens[n:], self.token_scores[n:], self.self_attention[n:], self.cross_attention[n:])
 
 
 @dataclass

@@ -30,14 +30,15 @@ class Rows:
     """The batch's rows as arrays, entry r for cache row r. A hole (a row whose request left) has job -1."""
 
     ARRAYS = (
-        "job", "width", "limit", "start", "alive", "scored", "length", "last", "score", "tokens", "token_scores",
-        "constrained", "state", "done",
+        "job", "width", "limit", "prefix", "start", "alive", "scored", "length", "last", "score", "tokens",
+        "token_scores", "constrained", "state", "done",
     )  # fmt: skip
 
     def __init__(self, n: int = 0, columns: int = 16) -> None:
         self.job = np.full(n, -1, np.int64)  # request number (BatchDecoder.jobs); -1: a hole
         self.width = np.ones(n, np.int64)  # 0: forced decoding, 1: greedy, k ≥ 2: one of k beam rows
         self.limit = np.ones(n, np.int64)  # tokens at most
+        self.prefix = np.zeros(n, np.int64)  # its request's forced target prefix' length (DecodeRequest.prefix)
         self.start = np.zeros(n, np.int64)  # first cache slot this row owns
         self.alive = np.zeros(n, bool)  # False: a beam row before its first hypothesis (or a hole)
         self.scored = np.zeros(n, bool)  # its log-probabilities are needed (beam search, or the request asked)
@@ -96,6 +97,11 @@ class Rows:
             extra = max(columns, 2 * self.tokens.shape[1]) - self.tokens.shape[1]
             self.tokens = np.pad(self.tokens, ((0, 0), (0, extra)))
             self.token_scores = np.pad(self.token_scores, ((0, 0), (0, extra)))
+
+    def prefixed(self) -> np.ndarray:
+        """The live rows whose next token is their request's prefix'."""
+        live: np.ndarray = np.flatnonzero((self.job >= 0) & (self.length < self.prefix))
+        return live
 
     def hypothesis(self, r: int) -> Hypothesis:
         n = int(self.length[r])

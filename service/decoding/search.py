@@ -93,12 +93,16 @@ def greedy(plan: Plan, logits: np.ndarray, tokens: np.ndarray | None) -> np.ndar
     return token
 
 
-def force(token: np.ndarray, plan: Plan, rows: Rows, jobs: dict[int, Job]) -> None:
-    """Forced rows' next tokens, into ``token``: their targets' next ids."""
+def force(token: np.ndarray, plan: Plan, rows: Rows, jobs: dict[int, Job], prefixed: np.ndarray) -> None:
+    """Next tokens that are given, into ``token``: a prefix' next id for rows ``prefixed`` (still in their
+    request's prefix), then forced rows' targets' next ids."""
+    for r in prefixed.tolist():
+        token[r] = jobs[int(rows.job[r])].request.prefix[rows.length[r]]
     for r in plan.forced:
         forced = jobs[int(rows.job[r])].request.forced
         assert forced is not None
-        token[r] = forced[rows.length[r]]
+        if (t := int(rows.length[r] - rows.prefix[r])) >= 0:
+            token[r] = forced[t]
 
 
 @dataclass(frozen=True)
@@ -114,16 +118,31 @@ class BeamChoice:
     place: np.ndarray  # the row each child takes (beam_places)
 
 
-def beam_choose(rows: Rows, k: int, scores: Scores, eos: int) -> BeamChoice:
-    """Rank the best 2k continuations of the live hypotheses of every request with k rows (:func:`beam_top`)."""
+def beam_choose(rows: Rows, k: int, scores: Scores, eos: int, token: np.ndarray) -> BeamChoice:
+    """Rank the best 2k continuations of the live hypotheses of every request with k rows (:func:`beam_top`).
+
+    A request still in its prefix gets one child, its live row continued by the prefix' next id (``token`` of that
+    row). On the step right after a prefix, as CTranslate2 does, only the best continuation may be </s>: a lower one
+    is dropped and its place among the k children left empty.
+    """
     mine = np.flatnonzero((rows.job >= 0) & (rows.width == k))
     ix = mine[np.lexsort((mine, rows.job[mine]))].reshape(-1, k)  # (J, k): a request's rows in batch order
     hyp_scores = np.where(rows.alive[ix], rows.score[ix], -np.inf)
     j, r, v, _ = beam_top(scores, ix, hyp_scores, 2 * k)
     first = np.searchsorted(j, j)
     rank = np.arange(len(j)) - first
+    length, prefix = rows.length[ix].max(axis=1), rows.prefix[ix[:, 0]]  # a row without a child keeps its length
     ends = v == eos
+    dropped = ends & (rank >= 1) & ((length == prefix) & (prefix > 0))[j]
+    ends &= ~dropped
     going = np.cumsum(~ends) - np.cumsum(~ends)[first] + ~ends[first]  # 1-based place among the request's others
-    child = ~ends & (going <= k)
-    cj, cr = j[child], r[child]
-    return BeamChoice(ix, r[ends & (rank < k)], cj, cr, v[child], beam_places(ix, cj, cr))
+    forcing = length < prefix
+    child = ~ends & (going <= k) & ~dropped & ~forcing[j]
+    cj, cr, cv = j[child], r[child], v[child]
+    if forcing.any():
+        q = np.flatnonzero(forcing)
+        live = ix[q, rows.alive[ix[q]].argmax(axis=1)]
+        order = np.argsort(np.concatenate([cj, q]), kind="stable")
+        cj, cr, cv = (np.concatenate(pair)[order] for pair in ((cj, q), (cr, live), (cv, token[live])))
+    ended = r[ends & (rank < k) & ~forcing[j]]
+    return BeamChoice(ix, ended, cj, cr, cv, beam_places(ix, cj, cr))

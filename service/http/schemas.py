@@ -209,12 +209,13 @@ class AttentionSegment(BaseModel):
 
 
 class AttentionResponse(BaseModel):
-    """Arrays are [layer][head][query][key]: encoder [S][S], decoder [T][T] (0 above the diagonal), cross [T][S].
+    """Arrays are [layer][head][query][key]: encoder [S][S], decoder [T][P + T] (0 right of key P + t), cross [T][S].
 
     Query t of decoder and cross attention is the step that produced ``target_tokens[t]`` from
-    ``decoder_input_tokens[t]``; decoder self-attention keys are ``decoder_input_tokens``. A text of one segment
-    has its tokens and arrays at the top level (its segment entry has none); a text of several segments has them
-    in each segment entry only.
+    ``decoder_input_tokens[P + t]`` (P: the length of the bundle's forced target prefix, an imported Argos
+    package's ``target_prefix``, usually 0); decoder self-attention keys are ``decoder_input_tokens``. A text of one
+    segment has its tokens and arrays at the top level (its segment entry has none); a text of several segments has
+    them in each segment entry only.
     """
 
     model_config = ConfigDict(json_schema_extra={"examples": ATTENTION_EXAMPLES})

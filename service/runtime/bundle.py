@@ -100,7 +100,8 @@ class Tokenizer:
     """SentencePiece segmentation; ids are SentencePiece's own, or looked up in a piece -> id map (Marian).
 
     A source's pieces go between ``source_prefix`` and ``source_suffix`` (the manifest's tokenizer entry; by
-    default nothing and </s>).
+    default nothing and </s>); ``target_prefix``, the ids every target starts with (decoding forces them and leaves
+    them out of its hypotheses), by default none.
     """
 
     def __init__(
@@ -110,8 +111,10 @@ class Tokenizer:
         vocab: dict[str, int] | None,
         spec: ModelSpec,
         source_affixes: tuple[list[int], list[int]] | None = None,
+        target_prefix: tuple[int, ...] = (),
     ) -> None:
         self.source_prefix, self.source_suffix = source_affixes or ([], [spec.eos_id])
+        self.target_prefix = target_prefix
         self.source = spm.SentencePieceProcessor(model_file=str(source))
         self.target = spm.SentencePieceProcessor(model_file=str(target))
         self.vocab = vocab
@@ -283,7 +286,8 @@ def load_bundle(path: Path, verify: bool = True) -> Bundle:
     spec = ModelSpec.from_manifest(manifest["model"])
     vocab = json.loads((path / tok["vocab"]).read_text()) if tok.get("vocab") else None
     affixes = source_affixes(manifest_path, tok, spec)
-    tokenizer = Tokenizer(path / tok["source"], path / tok["target"], vocab, spec, affixes)
+    prefix = target_prefix(manifest_path, tok, spec)
+    tokenizer = Tokenizer(path / tok["source"], path / tok["target"], vocab, spec, affixes, prefix)
     return Bundle(path=path, manifest=manifest, spec=spec, tokenizer=tokenizer, forms=forms)
 
 
@@ -301,6 +305,22 @@ def source_affixes(manifest_path: Path, tok: dict[str, Any], spec: ModelSpec) ->
             raise BundleError(f"{manifest_path}: tokenizer.{key} {ids!r}, expected a list of vocabulary ids")
         affixes.append(ids)
     return affixes[0], affixes[1]
+
+
+def target_prefix(manifest_path: Path, tok: dict[str, Any], spec: ModelSpec) -> tuple[int, ...]:
+    """The tokenizer entry's ``target_prefix``: the ids every target starts with (an Argos package's
+    ``target_prefix``, a multilingual model's target language token). Absent: none.
+
+    Raises:
+        BundleError: not a list of vocabulary ids, or one of them </s> or the pad id.
+    """
+    ids = tok.get("target_prefix", [])
+    if not isinstance(ids, list) or not all(
+        type(i) is int and 0 <= i < spec.vocab_size and i not in (spec.eos_id, spec.pad_id) for i in ids
+    ):
+        raise BundleError(f"{manifest_path}: tokenizer.target_prefix {ids!r}, expected a list of vocabulary ids "
+                          "other than </s> and the pad id")  # fmt: skip
+    return tuple(ids)
 
 
 def check_file(path: Path, name: str, hashes: dict[str, str] | None, derived: bool = False) -> None:

@@ -451,8 +451,9 @@ class Engine:
         if len(src) > limit:
             raise TooLarge(f"a text has {len(src)} tokens; the limit is max_tokens={limit}", "max_tokens", limit)
         forced = None if target_text is None else self._forced(target_text)
+        prefix = self.tokenizer.target_prefix  # forced, and not counted in the length asked for
         max_length = options.max_length or min(s.max_length, 2 * len(src) + 10)
-        max_length = min(max_length, self.bundle.spec.max_positions)
+        max_length = min(max_length + len(prefix), self.bundle.spec.max_positions)
         beam = options.beam
         return DecodeRequest(
             src=src,
@@ -463,6 +464,7 @@ class Engine:
             forced=forced,
             attention=attention,
             scores=attention,  # details, the one answer that reports scores, also asks for attention
+            prefix=prefix,
         )
 
     def _check_target(self, target_text: str) -> None:

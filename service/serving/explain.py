@@ -60,7 +60,7 @@ def _segment(
     hyp = result.hypotheses[0]
     arrays = {
         "encoder": result.encoder_attention,  # (L_enc, h, S, S)
-        "decoder": _causal(spec, hyp.self_attention),
+        "decoder": _causal(spec, hyp.self_attention, len(request.prefix)),
         "cross": np.stack(hyp.cross_attention, axis=2),  # (L_dec, h, T, S)
     }
     weights: dict[str, npt.NDArray[np.float64]] = {}
@@ -74,15 +74,17 @@ def _segment(
         model_input=model_input,
         source_tokens=tok.pieces(request.src),
         target_tokens=tok.pieces(hyp.tokens),
-        decoder_input_tokens=tok.pieces([spec.decoder_start_id]) + tok.pieces(hyp.tokens[:-1]),
+        decoder_input_tokens=tok.pieces([spec.decoder_start_id])
+        + tok.pieces([*request.prefix, *hyp.tokens])[: len(request.prefix) + len(hyp.tokens) - 1],
         weights=weights,
     )
 
 
-def _causal(spec: ModelSpec, rows: list[npt.NDArray[np.float32]]) -> npt.NDArray[np.float32]:
-    """Decoder self-attention as a [L, h, T, T] square: step t's row (L, h, t + 1), 0 above the diagonal."""
+def _causal(spec: ModelSpec, rows: list[npt.NDArray[np.float32]], P: int = 0) -> npt.NDArray[np.float32]:
+    """Decoder self-attention as [L, h, T, P + T] (P: the target prefix' length, usually 0): step t's row
+    (L, h, P + t + 1), 0 right of key P + t."""
     T = len(rows)
-    out = np.zeros((spec.n_decoder_layers, spec.h, T, T), np.float32)
+    out = np.zeros((spec.n_decoder_layers, spec.h, T, P + T), np.float32)
     for t, row in enumerate(rows):
-        out[:, :, t, : t + 1] = row
+        out[:, :, t, : P + t + 1] = row
     return out

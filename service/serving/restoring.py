@@ -112,7 +112,7 @@ def attend(
     if not which:
         return
     if forced is not None:
-        hyps = [(requests[i].src, h) for i in which for h in results[i].hypotheses if needs(i, h)]
+        hyps = [(requests[i], h) for i in which for h in results[i].hypotheses if needs(i, h)]
         if hyps:
             yield partial(_attach, forced, hyps)
         return
@@ -121,7 +121,9 @@ def attend(
         results[i] = result
 
 
-def _attach(forced: ForcingRunner, hyps: list[tuple[list[int], Hypothesis]]) -> None:
-    rows = forced.cross_attention([s for s, _ in hyps], [h.tokens for _, h in hyps])
-    for (_, hyp), weights in zip(hyps, rows, strict=True):
-        hyp.cross_attention = list(weights)  # per step (L, h, S)
+def _attach(forced: ForcingRunner, hyps: list[tuple[DecodeRequest, Hypothesis]]) -> None:
+    """The hypotheses' cross-attention from one forced-decoder call, their requests' target prefix decoded first
+    and its steps left out, as decoding leaves them out."""
+    rows = forced.cross_attention([r.src for r, _ in hyps], [[*r.prefix, *h.tokens] for r, h in hyps])
+    for (request, hyp), weights in zip(hyps, rows, strict=True):
+        hyp.cross_attention = list(weights[len(request.prefix) :])  # per step (L, h, S)

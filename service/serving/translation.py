@@ -98,7 +98,8 @@ class SegmentAttention:
     [layer][head][query][key] per kind, rounded to six decimals.
 
     Query t of decoder and cross attention is the step that produced ``target_tokens[t]`` from
-    ``decoder_input_tokens[t]``; decoder self-attention is 0 above the diagonal.
+    ``decoder_input_tokens[P + t]``, P the length of the bundle's target prefix (usually 0); decoder self-attention
+    is 0 right of key P + t.
 
     Attributes:
         source: the characters of the text that the segment translates, ``text[start:end]``.

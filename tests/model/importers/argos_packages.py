@@ -105,11 +105,12 @@ def onmt_checkpoint(path: Path, vocab: list[str], seed: int = 0, d: int = 32, d_
     return path
 
 
-def onmt_vocab(spm: Path) -> list[str]:
-    """OpenNMT-py's layout: <unk> <blank> <s> </s>, then the SentencePiece pieces."""
+def onmt_vocab(spm: Path, extra: tuple[str, ...] = ()) -> list[str]:
+    """OpenNMT-py's layout: <unk> <blank> <s> </s>, then the SentencePiece pieces, then ``extra`` tokens (a
+    multilingual model's language tokens)."""
     sp = sentencepiece.SentencePieceProcessor(model_file=str(spm))
     pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
-    return ONMT_SPECIALS + [p for p in pieces if p not in (*ONMT_SPECIALS, "<pad>")]
+    return ONMT_SPECIALS + [p for p in pieces if p not in (*ONMT_SPECIALS, "<pad>")] + list(extra)
 
 
 def write_package(folder: Path, ct2_dir: Path, spm: Path, meta: dict[str, Any], config: dict[str, Any]) -> Path:
@@ -123,13 +124,18 @@ def write_package(folder: Path, ct2_dir: Path, spm: Path, meta: dict[str, Any], 
     return folder
 
 
-def onmt_package(work: Path, spm: Path, quantization: str | None, config: dict[str, Any], seed: int = 0) -> Path:
-    """An OpenNMT-py package, converted by CTranslate2 (``quantization`` None keeps float32)."""
-    ckpt = onmt_checkpoint(work / "model.pt", onmt_vocab(spm), seed)
+def onmt_package(
+    work: Path, spm: Path, quantization: str | None, config: dict[str, Any], seed: int = 0, target_prefix: str = ""
+) -> Path:
+    """An OpenNMT-py package, converted by CTranslate2 (``quantization`` None keeps float32); a ``target_prefix``
+    is a token of its own at the vocabulary's end and metadata.json's ``target_prefix``."""
+    extra = (target_prefix,) if target_prefix else ()
+    ckpt = onmt_checkpoint(work / "model.pt", onmt_vocab(spm, extra), seed)
     ctranslate2.converters.OpenNMTPyConverter(str(ckpt), unsafe_deserialization=True).convert(
         str(work / "ct2"), quantization=quantization, force=True
     )
-    return write_package(work / "package", work / "ct2", spm, {"from_code": "en", "to_code": "ja"}, config)
+    meta = {"from_code": "en", "to_code": "ja"} | ({"target_prefix": target_prefix} if target_prefix else {})
+    return write_package(work / "package", work / "ct2", spm, meta, config)
 
 
 def marian_package(work: Path, hf_dir: Path, spm: Path, config: dict[str, Any]) -> Path:
@@ -147,11 +153,14 @@ def zip_package(folder: Path, path: Path) -> Path:
 
 
 def reference(package: Path, texts: list[str], beam: int, max_length: int, lp: float) -> list[list[str]]:
-    """CTranslate2's tokens (compute_type float32), fed as argos-translate feeds it: bare SentencePiece pieces."""
+    """CTranslate2's tokens (compute_type float32), fed as argos-translate feeds it: bare SentencePiece pieces, and
+    metadata.json's ``target_prefix`` as the target prefix, left out of the tokens returned."""
     sp = sentencepiece.SentencePieceProcessor(model_file=str(package / "sentencepiece.model"))
     translator = ctranslate2.Translator(str(package / "model"), device="cpu", compute_type="float32")
+    prefix = json.loads((package / "metadata.json").read_text()).get("target_prefix", "")
     results = translator.translate_batch(
         [sp.encode(t, out_type=str) for t in texts],
+        target_prefix=[[prefix]] * len(texts) if prefix else None,
         beam_size=beam,
         num_hypotheses=1,
         length_penalty=lp,
@@ -159,4 +168,6 @@ def reference(package: Path, texts: list[str], beam: int, max_length: int, lp: f
         min_decoding_length=0,  # its default (1) forbids </s> first; the service does not
         replace_unknowns=False,  # a text-level substitution after decoding; the tokens are compared
     )
-    return [r.hypotheses[0] for r in results]
+    hypotheses = [r.hypotheses[0] for r in results]
+    assert not prefix or all(h[:1] == [prefix] for h in hypotheses), "CTranslate2 returns the prefix first"
+    return [h[1:] for h in hypotheses] if prefix else hypotheses

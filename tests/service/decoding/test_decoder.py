@@ -8,7 +8,7 @@ from collections.abc import Hashable
 import numpy as np
 import pytest
 
-from service.decoding import BatchDecoder, DecodeRequest, DecodeResult
+from service.decoding import BatchDecoder, DecodeRequest, DecodeResult, decode
 from service.runtime.bundle import GraphForm, ModelSpec
 from service.runtime.runner import StepOutput
 from service.runtime.tensors import Cache
@@ -161,3 +161,74 @@ def test_beams_of_one_width_share_their_sources_in_place() -> None:
     for i, r in enumerate(requests):
         want = reference(r.src[0], r.beam_size, r.max_length, r.length_penalty)[: r.n_best]
         assert [h.tokens for h in results[i].hypotheses] == [w[0] for w in want], f"request {i} ({r})"
+
+
+def prefixed_reference(
+    seed: int, k: int, max_length: int, lp: float, prefix: list[int]
+) -> list[tuple[list[int], float]]:
+    """Beam search after a forced prefix as CTranslate2 does it (src/decoding.cc, ``target_prefix``), in plain
+    Python: the prefix scores 0 and counts in the length; on the first step after it only the best continuation may
+    be </s>, a lower one taking a child's place without being one; hypotheses come back without the prefix."""
+    live: list[tuple[list[int], float]] = [(list(prefix), 0.0)]
+    finished: list[tuple[list[int], float]] = []
+    for t in range(len(prefix) + 1, max_length + 1):
+        scored = [(s + float(p[v]), i, v) for i, (tokens, s) in enumerate(live)
+                  for p in [next_log_probs(seed, tokens)] for v in range(V)]  # fmt: skip
+        ranked = sorted((c for c in scored if np.isfinite(c[0])), key=lambda c: (-c[0], c[1], c[2]))[: 2 * k]
+        children: list[tuple[list[int], float]] = []
+        places = 0
+        for rank, (s, i, v) in enumerate(ranked):
+            dropped = v == EOS and rank >= 1 and t == len(prefix) + 1 and prefix
+            if v == EOS and not dropped:
+                if rank < k:
+                    finished.append(([*live[i][0], v], s))
+                continue
+            places += 1
+            if not dropped:
+                children.append(([*live[i][0], v], s))
+            if places == k:
+                break
+        if len(finished) >= k or t >= max_length or not children:
+            if t >= max_length:
+                finished.extend(children)
+            break
+        live = children
+    ranked_all = sorted(finished, key=lambda h: -h[1] / len(h[0]) ** lp)
+    return [(tokens[len(prefix) :], s) for tokens, s in ranked_all]
+
+
+@pytest.mark.parametrize("form", [APPENDED, IN_PLACE])
+def test_a_forced_prefix_decodes_as_ctranslate2s_target_prefix_batched_or_not(form: GraphForm) -> None:
+    """Greedy, beam and forced requests with target prefixes of 0 to 2 tokens, joining a running batch or decoded
+    alone, give CTranslate2's hypotheses (prefix scored 0, counted in lengths, left out) with the same scores."""
+    rng = np.random.default_rng(1)
+    requests = []
+    for i in range(30):
+        prefix = tuple(int(t) for t in rng.integers(2, 10, int(rng.integers(0, 3))))
+        k, n = int(rng.choice([1, 2, 3, 4])), len(prefix) + int(rng.integers(1, 10))
+        forced = [int(t) for t in rng.integers(2, 10, int(rng.integers(0, 4)))] + [EOS] if i % 10 == 9 else None
+        requests.append(DecodeRequest(src=[int(rng.integers(2, 10)), EOS], beam_size=1 if forced else k,
+                                      max_length=n, n_best=1 if forced else k, length_penalty=0.2, forced=forced,
+                                      prefix=prefix))  # fmt: skip
+    alone = {i: decode(PrefixModel(form), [r])[0] for i, r in enumerate(requests)}
+    decoder, results, pending = BatchDecoder(PrefixModel(form)), {}, list(enumerate(requests))[8:]
+    decoder.admit(list(enumerate(requests[:8])))
+    while decoder.num_rows:
+        done, _ = decoder.step()
+        results.update(done)
+        for _ in done[:2]:
+            if pending:
+                decoder.admit([pending.pop(0)])
+    assert sum(bool(r.prefix) for r in requests) > 15
+    for i, r in enumerate(requests):
+        got = results[i].hypotheses
+        assert [h.tokens for h in got] == [h.tokens for h in alone[i].hypotheses], f"request {i} ({r})"
+        if r.forced is not None:
+            assert got[0].tokens == r.forced
+            assert got[0].score == pytest.approx(
+                sum(next_log_probs(r.src[0], [*r.prefix, *r.forced[:t]])[v] for t, v in enumerate(r.forced)), abs=1e-5
+            )
+            continue
+        want = prefixed_reference(r.src[0], r.beam_size, r.max_length, r.length_penalty, list(r.prefix))[: r.n_best]
+        assert [h.tokens for h in got] == [w[0] for w in want], f"request {i} ({r})"
+        assert [h.score for h in got] == pytest.approx([w[1] for w in want], abs=1e-5)

@@ -15,7 +15,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from service.decoding import DecodeRequest, DecodeResult
+from service.decoding import DecodeRequest, DecodeResult, decode
 from service.errors import NoSuchIndex, TooLarge, UnknownPair
 from service.http import errors
 from service.runtime.bundle import ModelSpec
@@ -34,6 +34,8 @@ class Runner(CountingRunner):
 
 class Tokenizer:
     """A word is one token: its length + 1 (ids 2..14); </s> (0) ends a source."""
+
+    target_prefix: tuple[int, ...] = ()
 
     def encode_source(self, text: str) -> list[int]:
         return [min(len(w), 13) + 1 for w in text.split()] + [SPEC.eos_id]
@@ -197,3 +199,42 @@ def test_span_texts_decode_on_the_fast_graphs_and_only_unplaced_ones_again(tiny_
 
         assert asyncio.run(served()) == out
         assert len(sources) == 2
+
+
+def with_target_prefix(bundle: Path, tmp_path: Path, prefix: list[int]) -> Path:
+    """A copy of ``bundle`` whose manifest says every target starts with ``prefix`` (as an imported Argos
+    package's ``target_prefix``)."""
+    copy = Path(shutil.copytree(bundle, tmp_path / "prefixed"))
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["tokenizer"]["target_prefix"] = prefix
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    return copy
+
+
+def test_a_target_prefix_is_forced_and_left_out_of_every_answer(tiny_bundle: Path, tmp_path: Path) -> None:
+    """Translations are the decoder's with the prefix forced and its tokens left out; spans placed from the forced
+    decoder's cross-attention land where a decode with attention rows puts them; /attention's decoder keys start
+    with the prefix."""
+    bundle = with_target_prefix(tiny_bundle, tmp_path, [7])
+    engine = Engine.load(bundle, Settings(bundles=[bundle]))
+    plain = Engine.load(tiny_bundle, Settings(bundles=[tiny_bundle]))
+    texts = ["Open the file", "Settings", "Delete the selected files now", *SPAN_TEXTS]
+    out = engine.translate_now(texts, Options())
+    requests = [engine._request(t, Options(), False) for t in texts[:3]]
+    assert all(r.prefix == (7,) for r in requests)
+    results = decode(engine.runners.exact, requests)
+    assert [t.text for t in out[:3]] == [engine.tokenizer.decode(r.hypotheses[0].tokens) for r in results]
+    assert [t.text for t in out] != [t.text for t in plain.translate_now(texts, Options())]
+
+    again = Engine.load(without_forced_decoder(bundle, tmp_path), Settings(bundles=[bundle]))
+    assert again.runners.forced is None and engine.runners.forced is not None
+    assert again.translate_now(texts, Options()) == out
+
+    result = engine.attention_now("Open the file", Options(), Filters())
+    (segment,) = result.segments
+    T, start = len(segment.target_tokens), engine.tokenizer.pieces([engine.bundle.spec.decoder_start_id])
+    assert segment.decoder_input_tokens[:2] == start + engine.tokenizer.pieces([7])
+    assert len(segment.decoder_input_tokens) == T + 1
+    assert segment.weights["decoder"].shape[2:] == (T, T + 1)
+    np.testing.assert_allclose(segment.weights["decoder"].sum(axis=-1), 1, atol=1e-5)
+    assert result.text == out[0].text

@@ -37,6 +37,7 @@ class Tokenizer:
     """Words of a source are pieces; any other word is ▁C."""
 
     special = frozenset({EOS, PAD})
+    target_prefix: tuple[int, ...] = ()
 
     def encode_source(self, text: str) -> list[int]:
         ids = {p.lstrip("▁"): i for i, p in enumerate(PIECES)}

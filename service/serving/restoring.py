@@ -24,12 +24,10 @@ from typing import Protocol
 import numpy as np
 
 from service.decoding import DecodeRequest, DecodeResult, Hypothesis
+from service.serving.steps import Step
 from service.text.pipeline import Prepared, Segment, TextPipeline
 
 PATHS = ("decoded", "constrained", "attention", "appended")  # in the order they are tried
-
-# A step of a translation's work: requests to decode, or a function to call off the event loop.
-Step = list[DecodeRequest] | Callable[[], object]
 
 
 class ForcingRunner(Protocol):

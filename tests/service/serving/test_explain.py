@@ -5,7 +5,8 @@ answered."""
 
 from __future__ import annotations
 
-from contextlib import nullcontext
+import asyncio
+from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import replace
 from pathlib import Path
 from unittest.mock import patch
@@ -13,9 +14,10 @@ from unittest.mock import patch
 import numpy as np
 import pytest
 
+from service.serving.budget import answer_bytes, request_bytes
 from service.serving.engine import Engine
 from service.serving.restoring import PATHS
-from service.serving.translation import Filters, Options
+from service.serving.translation import AttentionResult, Filters, Options
 from service.settings import Settings
 from service.text.pipeline import TextPipeline
 from service.text.verify import problems
@@ -149,3 +151,30 @@ def test_a_forced_target_is_neither_checked_nor_recovered() -> None:
     assert result.text == "A %s B 7"  # a made-up number, a broken text on /translate, kept: the caller's answer
     (segment,) = result.segments
     assert segment.spans is None and segment.target_tokens == ["▁A", "▁{0}", "▁B", "▁7", "</s>"]
+
+
+def test_the_budget_is_held_once_with_room_for_a_re_decode_of_each_segment_with_spans() -> None:
+    engine = mangler_engine()
+    held: list[int] = []
+    hold = engine.budget.hold
+
+    def recorded(size: int, deadline: float) -> AbstractAsyncContextManager[None]:
+        held.append(size)
+        return hold(size, deadline)
+
+    async def explained(text: str) -> AttentionResult:
+        await engine.start()
+        try:
+            with patch.object(engine.budget, "hold", recorded):
+                return await engine.attention(text, Options(), Filters())
+        finally:
+            await engine.stop()
+
+    assert asyncio.run(explained("C %s C")).segments[0].spans == "constrained"  # two decodes, one hold
+    assert asyncio.run(explained("C C")).segments[0].spans is None
+    spans, plain = (engine._attention_requests(t, Options(), Filters(), None)[1][0] for t in ("C %s C", "C C"))
+    spec = engine.bundle.spec
+    assert held == [
+        2 * request_bytes(spans, spec) + answer_bytes(spec, spans, Filters()),
+        request_bytes(plain, spec) + answer_bytes(spec, plain, Filters()),
+    ]

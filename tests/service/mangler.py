@@ -5,6 +5,7 @@ made-up number), and a constrained search drives it to "A {0}"."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -59,7 +60,8 @@ class Bundle:
     name: str = "mangler"
     source_lang: str = "en"
     target_lang: str = "ja"
-    manifest: dict[str, Any] = field(default_factory=dict)
+    manifest: dict[str, Any] = field(default_factory=lambda: {"source_lang": "en", "target_lang": "ja"})
+    path: Path = Path("mangler")  # no files: nothing on disk to count
     targets: dict[str, list[int]] = field(default_factory=lambda: {"ja": []})
 
 

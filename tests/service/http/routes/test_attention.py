@@ -288,8 +288,9 @@ def mangling(monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
     monkeypatch.setattr(Runners, "build", classmethod(lambda cls, bundle, settings: cls(runner, runner)))
     with TestClient(create_app(Settings(max_wait_ms=1), bundles=[Bundle()])) as client:  # type: ignore[list-item]
         deadline = time.monotonic() + 30
-        while client.get("/readyz").status_code != 200 and time.monotonic() < deadline:
+        while (ready := client.get("/readyz")).status_code != 200 and time.monotonic() < deadline:
             time.sleep(0.01)
+        assert ready.status_code == 200, ready.text
         yield client
 
 

@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 Kind = Literal["encoder", "decoder", "cross"]
+SpanPath = Literal["decoded", "constrained", "attention", "appended"]  # service/serving/restoring.py's PATHS
 # The shipped en→ja model's answers to {"q": ..., "kinds": ["cross"], "layers": [0], "heads": [0]}.
 ATTENTION_EXAMPLES: list[JsonValue] = [
     {
@@ -40,6 +41,7 @@ ATTENTION_EXAMPLES: list[JsonValue] = [
                 "source_tokens": ["▁Open", "▁{0}", "</s>"],
                 "target_tokens": ["▁{0}", "を開く", "</s>"],
                 "decoder_input_tokens": ["<pad>", "▁{0}", "を開く"],
+                "spans": "decoded",
                 "cross": [
                     [[[0.622868, 0.190889, 0.186243], [0.820634, 0.087947, 0.091419], [0.015936, 0.027979, 0.956084]]]
                 ],
@@ -203,6 +205,13 @@ class AttentionSegment(BaseModel):
     source_tokens: list[str]
     target_tokens: list[str]
     decoder_input_tokens: list[str]
+    spans: SpanPath | None = Field(
+        None,
+        description="For a segment with protected spans, how they were restored, as /translate's details say: "
+        "'decoded', 'constrained' (the tokens and weights are the constrained re-decode's), 'attention' or "
+        "'appended' (the first decode's tokens and weights; the segment's translation is their text cleaned, with "
+        "the spans placed, not their plain concatenation); absent without spans and with target_text.",
+    )
     encoder: Weights | None = None
     decoder: Weights | None = None
     cross: Weights | None = None

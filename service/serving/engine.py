@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Protocol
 
@@ -29,9 +30,10 @@ from service.serving.budget import Budget, MiB, answer_bytes, request_bytes
 from service.serving.cache import LruCache, through_cache
 from service.serving.confidence import Calibration, Evidence, coverage, is_content
 from service.serving.core_sharing import WhileSaturated
-from service.serving.explain import explained
-from service.serving.restoring import ForcingRunner, Restored, Step, restore_spans, worst
+from service.serving.explain import explaining
+from service.serving.restoring import ForcingRunner, Restored, restore_spans, worst
 from service.serving.scheduler import DeadlineExceeded, Scheduler, StepStats
+from service.serving.steps import Step, carried, carried_now
 from service.serving.translation import (
     AttentionResult,
     Details,
@@ -288,19 +290,11 @@ class Engine:
         self, texts: Sequence[str], options: Options, gone: Gone | None, arrival: float | None
     ) -> list[Translation]:
         """:meth:`translate` without the cache: :meth:`_steps` through the schedulers."""
-        steps = self._steps(texts, options)
-        step = next(steps)
-        while True:
-            if isinstance(step, list):
-                sent = await self._queued(step, gone, arrival)
-            else:
-                await asyncio.to_thread(step)
-                sent = []
-            try:
-                step = steps.send(sent)
-            except StopIteration as done:
-                translations: list[Translation] = done.value  # the generator's return value, typed by _steps
-                return translations
+
+        def queued(requests: list[DecodeRequest]) -> Awaitable[list[DecodeResult]]:
+            return self._queued(requests, gone, arrival)
+
+        return await carried(self._steps(texts, options), queued)
 
     async def _queued(
         self, requests: list[DecodeRequest], gone: Gone | None, arrival: float | None
@@ -312,24 +306,18 @@ class Engine:
         deadline = (arrival or time.monotonic()) + self.settings.request_timeout_s
         spec = self.bundle.spec
         async with self.budget.hold(sum(request_bytes(r, spec) for r in requests), deadline):
-            self._on_input(sum(len(r.src) for r in requests))
-            return await self._wait(requests, False, gone, deadline)
+            return await self._sent(requests, False, gone, deadline)
+
+    async def _sent(
+        self, requests: list[DecodeRequest], exact: bool, gone: Gone | None, deadline: float
+    ) -> list[DecodeResult]:
+        """Requests (checked and held for) through the schedulers, their source tokens counted."""
+        self._on_input(sum(len(r.src) for r in requests))
+        return await self._wait(requests, exact, gone, deadline)
 
     def translate_now(self, texts: Sequence[str], options: Options) -> list[Translation]:
         """:meth:`translate` without a scheduler (the command line), on the same graphs: :meth:`_steps` in turn."""
-        steps = self._steps(texts, options)
-        step = next(steps)
-        while True:
-            if isinstance(step, list):
-                sent = self._decode_now(step, False) if step else []
-            else:
-                step()
-                sent = []
-            try:
-                step = steps.send(sent)
-            except StopIteration as done:
-                translations: list[Translation] = done.value  # the generator's return value, typed by _steps
-                return translations
+        return carried_now(self._steps(texts, options), partial(self._decode_now, exact=False))
 
     def _steps(self, texts: Sequence[str], options: Options) -> Generator[Step, list[DecodeResult], list[Translation]]:
         """A translation's work, for :meth:`_translate` and :meth:`translate_now` to carry out: it yields requests
@@ -418,22 +406,38 @@ class Engine:
             QueueFull, DeadlineExceeded, ClientGone: as :meth:`translate`.
         """
         prepared, requests = self._attention_requests(text, options, filters, target_text)
-        check_servable(requests, self.settings)
+        check_servable(requests, self.settings)  # a constrained re-decode redoes some of these, within their bounds
         deadline = (arrival or time.monotonic()) + self.settings.request_timeout_s
-        spec = self.bundle.spec
-        size = sum(request_bytes(r, spec) + answer_bytes(spec, r, filters) for r in requests)
-        async with self.budget.hold(size, deadline):
-            self._on_input(sum(len(r.src) for r in requests))
-            results = await self._wait(requests, True, gone, deadline)
-            return explained(self.text, spec, prepared, list(zip(requests, results, strict=True)), filters)
+        recover = target_text is None
+
+        def sent(step: list[DecodeRequest]) -> Awaitable[list[DecodeResult]]:
+            return self._sent(step, True, gone, deadline)
+
+        async with self.budget.hold(self._attention_bytes(prepared, requests, filters, recover), deadline):
+            steps = explaining(self.text, self.runners.forced, self.bundle.spec, prepared, requests, filters, recover)
+            return await carried(steps, sent)
 
     def attention_now(
         self, text: str, options: Options, filters: Filters, target_text: str | None = None
     ) -> AttentionResult:
         """:meth:`attention` without a scheduler (the command line)."""
         prepared, requests = self._attention_requests(text, options, filters, target_text)
-        results = self._decode_now(requests, True)
-        return explained(self.text, self.bundle.spec, prepared, list(zip(requests, results, strict=True)), filters)
+        spec, recover = self.bundle.spec, target_text is None
+        steps = explaining(self.text, self.runners.forced, spec, prepared, requests, filters, recover)
+        return carried_now(steps, partial(self._decode_now, exact=True))
+
+    def _attention_bytes(
+        self, prepared: Prepared, requests: list[DecodeRequest], filters: Filters, recover: bool
+    ) -> int:
+        """What /attention holds until its answer is built: each segment's decode and answer, and for each segment
+        with spans the constrained re-decode it may need (held from the start: a hold taken while holding could
+        wait behind requests that wait for this one)."""
+        spec = self.bundle.spec
+        size = sum(request_bytes(r, spec) + answer_bytes(spec, r, filters) for r in requests)
+        if recover:
+            segments = zip(prepared.segments, requests, strict=True)
+            size += sum(request_bytes(r, spec) for s, r in segments if s.masked is not None)
+        return size
 
     def warm_up(self) -> None:
         """Decode one short text so that the first real request does not pay for ONNX Runtime's lazy set-up."""

@@ -11,7 +11,9 @@ recovered in steps, the first whose every hypothesis comes out whole answering:
 3. ``appended``: that text with every span appended at the end, in source order.
 
 A segment that needed no recovery answered ``decoded``. The engine runs :func:`restore_spans` as part of its
-steps: it yields requests to decode or a function to call off the event loop.
+steps, for /translate and for /attention alike (service/serving/explain.py): it yields requests to decode or a
+function to call off the event loop. A request that collects attention rows gets them from its constrained
+re-decode too.
 """
 
 from __future__ import annotations
@@ -24,12 +26,10 @@ from typing import Protocol
 import numpy as np
 
 from service.decoding import DecodeRequest, DecodeResult, Hypothesis
+from service.serving.steps import Step
 from service.text.pipeline import Prepared, Segment, TextPipeline
 
 PATHS = ("decoded", "constrained", "attention", "appended")  # in the order they are tried
-
-# A step of a translation's work: requests to decode, or a function to call off the event loop.
-Step = list[DecodeRequest] | Callable[[], object]
 
 
 class ForcingRunner(Protocol):
@@ -65,7 +65,7 @@ def restore_spans(
     segments = prepared.segments
     everyone = list(range(len(segments)))
     yield from attend(forced, requests, results, everyone, lambda i, h: text.needs_attention(segments[i], h))
-    texts = [[text.restored(s, requests[i].src, h) for h in results[i].hypotheses] for i, s in enumerate(segments)]
+    texts = placed(text, prepared, requests, results).texts
     paths: list[str | None] = ["decoded" if s.masked is not None else None for s in segments]
     broken = [i for i, s in enumerate(segments) if any(text.problems(s, t) for t in texts[i])]
     if not broken:
@@ -81,6 +81,16 @@ def restore_spans(
     for i in left:
         texts[i], paths[i] = recovered(text, segments[i], requests[i].src, results[i].hypotheses)
     return Restored(texts, paths)
+
+
+def placed(
+    text: TextPipeline, prepared: Prepared, requests: list[DecodeRequest], results: list[DecodeResult]
+) -> Restored:
+    """Every segment's texts with its spans placed, neither checked nor recovered (no path): what a forced target
+    gives, the caller's text being the answer."""
+    segments = prepared.segments
+    texts = [[text.restored(s, requests[i].src, h) for h in results[i].hypotheses] for i, s in enumerate(segments)]
+    return Restored(texts, [None] * len(segments))
 
 
 def recovered(text: TextPipeline, segment: Segment, src: list[int], hyps: list[Hypothesis]) -> tuple[list[str], str]:

@@ -105,6 +105,8 @@ class SegmentAttention:
         source: the characters of the text that the segment translates, ``text[start:end]``.
         target: the characters of the translation that are its translation.
         model_input: what the model read: the segment with each group of protected spans replaced by its stand-in.
+        spans: for a segment with protected spans, the path that restored them (service/serving/restoring.py's
+            ``PATHS``); None without spans and for a forced target (neither checked nor recovered).
     """
 
     source: tuple[int, int]
@@ -114,6 +116,7 @@ class SegmentAttention:
     target_tokens: list[str]
     decoder_input_tokens: list[str]
     weights: dict[str, npt.NDArray[np.float64]]
+    spans: str | None = None
 
 
 @dataclass(frozen=True)

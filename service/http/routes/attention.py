@@ -80,7 +80,7 @@ def answer(result: AttentionResult, encoding: Encoding = "json") -> dict[str, An
 
 
 def _segment(s: SegmentAttention) -> dict[str, Any]:
-    return {
+    entry: dict[str, Any] = {
         "source_offsets": list(s.source),
         "target_offsets": list(s.target),
         "model_input": s.model_input,
@@ -88,6 +88,9 @@ def _segment(s: SegmentAttention) -> dict[str, Any]:
         "target_tokens": s.target_tokens,
         "decoder_input_tokens": s.decoder_input_tokens,
     }
+    if s.spans is not None:  # absent, as the route's other empty fields are
+        entry["spans"] = s.spans
+    return entry
 
 
 def _weights(s: SegmentAttention, encoding: Encoding) -> dict[str, Any]:

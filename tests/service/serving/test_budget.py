@@ -145,4 +145,5 @@ def test_attention_costs_grow_with_source_and_target_and_the_default_budget_serv
     )  # fmt: skip
     largest = DecodeRequest(src=[2] * 256, beam_size=8, max_length=256, attention=True)
     size = request_bytes(largest, model) + answer_bytes(model, largest, Filters())
-    assert size < Settings().memory_budget_mb << 20
+    redecode = request_bytes(largest, model)  # /attention holds a constrained re-decode of a text with spans too
+    assert size + redecode < Settings().memory_budget_mb << 20

@@ -1,17 +1,30 @@
-"""POST /attention against a real uvicorn on loopback: shapes, causality, the ONNX steps' weights, filters."""
+"""POST /attention against a real uvicorn on loopback: shapes, causality, the ONNX steps' weights, filters; the
+translation /translate gives, spans recovered as /translate recovers them (the shipped model, and a model that
+mangles its stand-ins)."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, get_args
 
 import httpx
 import numpy as np
 import onnxruntime as ort
 import pytest
+from fastapi.testclient import TestClient
 
 from service.http import arrays
+from service.http.app import create_app
+from service.http.schemas import SpanPath
 from service.runtime.bundle import load_bundle
+from service.serving.engine import Runners
+from service.serving.restoring import PATHS
+from service.settings import DEFAULT_BUNDLE, Settings
+from service.text.pipeline import TextPipeline
 from tests.service.conftest import Server, assert_loading
+from tests.service.mangler import Bundle, Mangler
 
 KINDS = ("encoder", "decoder", "cross")
 
@@ -233,3 +246,86 @@ def test_compact_encodings_and_gzip_carry_every_segment(server: Server, encoding
         for kind in KINDS:
             assert ours[kind]["dtype"] == encoding
             np.testing.assert_allclose(arrays.decode(ours[kind]), np.array(theirs[kind]), atol=atol)
+
+
+MULTI_TAG = "<b>zoom</b>: scroll, <b>pan</b>: shift+drag, <b>rotate</b>: ctrl+drag, <b>reset</b>: double-click (%d%%)"
+NUMBERS = "Receives 60% defense on sand and 30% in water"
+
+
+@pytest.fixture(scope="module")
+def shipped() -> Iterator[Server]:
+    with Server(Settings(bundles=[DEFAULT_BUNDLE], max_wait_ms=20)) as s:
+        yield s
+
+
+def both(client: httpx.Client | TestClient, text: str, **options: Any) -> tuple[dict, dict]:
+    """/translate's answer with details, and /attention's, for one text."""
+    body = {"q": text, "source": "en", "target": "ja", **options}
+    translated = client.post("/translate", json={**body, "return_details": True})
+    explained = client.post("/attention", json={**body, "kinds": ["cross"]})
+    assert translated.status_code == explained.status_code == 200, (translated.text, explained.text)
+    return translated.json(), explained.json()
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+@pytest.mark.parametrize("text", [MULTI_TAG, NUMBERS])
+def test_the_shipped_model_explains_the_recovered_translation(shipped: Server, text: str, beam: int) -> None:
+    with shipped.client() as c:
+        translated, explained = both(c, text, beam_size=beam)
+    assert explained["translatedText"] == translated["translatedText"]
+    (segment,) = explained["segments"]
+    details = translated["details"]
+    assert segment["spans"] == details["spans"] and explained["target_tokens"] == details["tokens"]
+    assert not any(f"{{{i}" in explained["translatedText"] for i in range(10))  # no stand-in or piece of one
+    if text == MULTI_TAG:
+        assert segment["spans"] != "decoded"  # the first decode broke its stand-ins
+
+
+@pytest.fixture
+def mangling(monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
+    """The app serving :class:`Mangler`, a model that writes "A {lg} B 7" for any text."""
+    runner = Mangler()
+    monkeypatch.setattr(Runners, "build", classmethod(lambda cls, bundle, settings: cls(runner, runner)))
+    with TestClient(create_app(Settings(max_wait_ms=1), bundles=[Bundle()])) as client:  # type: ignore[list-item]
+        deadline = time.monotonic() + 30
+        while (ready := client.get("/readyz")).status_code != 200 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert ready.status_code == 200, ready.text
+        yield client
+
+
+def _appended_only(*args: object, **kwargs: object) -> str:
+    return "A {lg} B %s"  # every placement broken: only appending is left
+
+
+@pytest.mark.parametrize(
+    ("options", "broken", "path", "text", "tokens"),
+    [
+        ({}, False, "constrained", "A %s", ["▁A", "▁{", "0", "}", "</s>"]),  # the constrained decode's tokens
+        ({"max_length": 3}, False, "attention", "%s A lg", ["▁A", "▁{", "lg"]),  # the first decode's
+        ({}, True, "appended", "A B %s", ["▁A", "▁{", "lg", "}", "▁B", "▁7", "</s>"]),
+    ],
+)
+def test_each_recovery_path_is_named_with_the_tokens_of_its_decode(
+    mangling: TestClient, monkeypatch: pytest.MonkeyPatch, options: dict, broken: bool, path: str, text: str,
+    tokens: list[str],
+) -> None:  # fmt: skip
+    if broken:
+        monkeypatch.setattr(TextPipeline, "restored", _appended_only)
+    translated, explained = both(mangling, "C %s C", **options)
+    assert (translated["translatedText"], translated["details"]["spans"]) == (text, path)
+    assert explained["translatedText"] == text
+    assert explained["segments"][0]["spans"] == path
+    assert explained["target_tokens"] == translated["details"]["tokens"] == tokens
+    assert np.array(explained["cross"]).shape == (1, 2, len(tokens), len(explained["source_tokens"]))
+
+
+def test_a_forced_target_has_no_span_path(mangling: TestClient) -> None:
+    body = {"q": "C %s C", "source": "en", "target": "ja", "target_text": "A %s B 7"}
+    explained = mangling.post("/attention", json=body).json()
+    assert explained["translatedText"] == "A %s B 7"  # broken on /translate (a made-up 7), the caller's answer here
+    assert "spans" not in explained["segments"][0]
+
+
+def test_the_schema_names_every_path() -> None:
+    assert get_args(SpanPath) == PATHS

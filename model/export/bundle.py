@@ -96,7 +96,8 @@ def export_bundle(
         raise FileExistsError(f"{out_dir} exists; pass --force to replace it")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out_dir.parent, prefix=f".{out_dir.name}.") as tmp_name:
-        tmp = Path(tmp_name)
+        tmp = Path(tmp_name) / out_dir.name  # made by mkdir, so it has the mode of any new directory, not 0700
+        tmp.mkdir()
         export_graphs(model, tmp)
         worst_fast = export_fast_decoder(model, tmp / "decoder.fast.onnx")
         worst_fast = max(worst_fast, export_forced_decoder(model, tmp / FORCED))
@@ -136,7 +137,6 @@ def export_bundle(
         if out_dir.exists():
             shutil.rmtree(out_dir)
         tmp.rename(out_dir)
-        tmp.mkdir()  # the context manager removes it again
     return out_dir
 
 

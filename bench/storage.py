@@ -1,30 +1,43 @@
-"""What storing a bundle's weights as float16 costs: size on disk, start-up time (bundle checked and loaded, ONNX
-Runtime sessions built, one text decoded) and greedy tokens against the same weights stored as float32, for a tiny
-and a tc-big-shaped random model (d_model 1024, 16 heads, d_ff 4096, ReLU, 1024 positions).
+"""What storing a bundle's weights as float16 costs.
+
+Random models: size on disk, start-up time (bundle checked and loaded, ONNX Runtime sessions built, one text
+decoded) and greedy tokens against the same weights stored as float32, for a tiny and a tc-big-shaped random model
+(d_model 1024, 16 heads, d_ff 4096, ReLU, 1024 positions). Both bundles hold the same float16 values (a float16
+checkpoint's), so the tokens must be identical.
 
     python bench/storage.py [--layers 2] [--rounds 3]
 
-Both bundles hold the same float16 values (a float16 checkpoint's), so the tokens must be identical; the table is
-printed in docs/BENCHMARKS.md's form.
+A trained bundle stored as float32: exported again with its weights rounded to float16 (``attnserve export BUNDLE
+OUT --store float16``), then both decode a test split, greedy and beam 4, on the float32 graphs /translate uses and
+on the int8 ones: sentences whose tokens are identical, and chrF/BLEU of each (model/evaluate.py's scores).
+
+    python bench/storage.py --bundle model/bundles/en-ja --corpus ~/.cache/attnserve/corpus/en-ja [--limit N]
+
+Each prints its table in docs/BENCHMARKS.md's form.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
-from common import FALLBACK
+from common import CORPUS, FALLBACK
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from model.export import export_bundle
+from model.data import read_pairs
+from model.evaluate import decode_tokens, scores
+from model.export import export_bundle, export_from_bundle
+from model.export.store import stored_float16
 from model.transformer import Transformer, TransformerConfig
 from service.decoding import DecodeRequest, decode
-from service.runtime.bundle import load_bundle
+from service.runtime.bundle import Bundle, load_bundle
 from service.runtime.runner import Runner
 from tests.bundles import tiny_spm
 
@@ -57,11 +70,8 @@ def start_up(bundle_dir: Path) -> tuple[float, list[list[int]]]:
     return seconds, [r.hypotheses[0].tokens for r in decode(runner, requests)]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--layers", type=int, default=2, help="encoder and decoder layers of each model")
-    parser.add_argument("--rounds", type=int, default=3, help="start-ups timed per bundle (the median is shown)")
-    args = parser.parse_args()
+def random_models(layers: int, rounds: int) -> None:
+    """The table of the random models: each exported as float32 and as float16."""
     print("| model | stored | weights.bin | start-up (median) | greedy tokens as float32's |")
     print("|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
@@ -69,20 +79,69 @@ def main() -> None:
         spm = tiny_spm(work)
         vocab = sum(1 for _ in spm.with_suffix(".vocab").open(encoding="utf-8"))
         for name, shape in SHAPES.items():
-            m = model(vocab, args.layers, shape)
+            m = model(vocab, layers, shape)
             tokens: dict[bool, list[list[int]]] = {}
             for float16 in (False, True):
                 out = export_bundle(m, work / f"{name}-{float16}", name=name, source_lang="en", target_lang="ja",
                                     tokenizer={"source": spm, "target": spm}, float16=float16)  # fmt: skip
                 times = []
-                for _ in range(args.rounds):
+                for _ in range(rounds):
                     seconds, tokens[float16] = start_up(out)
                     times.append(seconds)
                 size = (out / "weights.bin").stat().st_size / 2**20
                 same = sum(a == b for a, b in zip(tokens[False], tokens[float16], strict=True))
                 stored = "float16" if float16 else "float32"
-                print(f"| {name}, {args.layers}+{args.layers} layers | {stored} | {size:.1f} MiB | "
+                print(f"| {name}, {layers}+{layers} layers | {stored} | {size:.1f} MiB | "
                       f"{sorted(times)[len(times) // 2]:.2f} s | {same}/{len(FALLBACK)} |")  # fmt: skip
+
+
+def runner(bundle: Bundle, variant: str) -> Runner:
+    """What /translate decodes on: the fast float32 graphs, or the int8 ones."""
+    return Runner(bundle, "cpu", fast=True) if variant == "float32" else Runner(bundle, "cpu", variant=variant)
+
+
+def stored_pair(source: Path, work: Path) -> dict[str, Bundle]:
+    """The float32-stored bundle ``source`` (copied, its derived graphs written there) and its float16 re-store."""
+    if stored_float16(source / json.loads((source / "manifest.json").read_text())["graphs"]["encoder"]):
+        raise SystemExit(f"{source} stores its weights as float16 already; give its float32-stored form")
+    copy = Path(shutil.copytree(source, work / "float32", ignore=shutil.ignore_patterns("*.int8.onnx")))
+    restored = export_from_bundle(copy, work / "float16", float16=True)
+    return {"float32": load_bundle(copy), "float16": load_bundle(restored)}
+
+
+def trained_bundle(source: Path, corpus: Path, limit: int | None) -> None:
+    """The table of a trained bundle against its float16 re-store on the test split (the first ``limit`` pairs)."""
+    test = read_pairs(corpus / "test.tsv")[:limit]
+    sources, refs = [s for s, _ in test], [t for _, t in test]
+    with tempfile.TemporaryDirectory() as tmp:
+        bundles = stored_pair(source, Path(tmp))
+        sizes = {k: (b.path / "weights.bin").stat().st_size / 2**20 for k, b in bundles.items()}
+        print(f"weights.bin: float32-stored {sizes['float32']:.1f} MiB, float16-stored {sizes['float16']:.1f} MiB; "
+              f"{len(test)} test pairs\n")  # fmt: skip
+        print("| graphs | decoding | tokens identical | chrF (float32 / float16 stored) | BLEU (float32 / float16) |")
+        print("|---|---|---|---|---|")
+        for variant in ("float32", "int8"):
+            runners = {k: runner(b, variant) for k, b in bundles.items()}
+            for name, beam in (("greedy", 1), ("beam 4", 4)):
+                tokens = {k: decode_tokens(r, sources, beam) for k, r in runners.items()}
+                same = sum(a == b for a, b in zip(tokens["float32"], tokens["float16"], strict=True))
+                got = {k: scores([bundles[k].tokenizer.decode(t) for t in ts], refs) for k, ts in tokens.items()}
+                chrf, bleu = (" / ".join(f"{got[k][m]:.2f}" for k in ("float32", "float16")) for m in ("chrF", "BLEU"))
+                print(f"| {variant} | {name} | {same}/{len(test)} | {chrf} | {bleu} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--layers", type=int, default=2, help="random models: encoder and decoder layers of each")
+    parser.add_argument("--rounds", type=int, default=3, help="random models: start-ups timed per bundle (median)")
+    parser.add_argument("--bundle", type=Path, default=None, help="a trained bundle stored as float32")
+    parser.add_argument("--corpus", type=Path, default=CORPUS.parent, help="with --bundle: its corpus directory")
+    parser.add_argument("--limit", type=int, default=None, help="with --bundle: the first N test pairs only")
+    args = parser.parse_args()
+    if args.bundle is None:
+        random_models(args.layers, args.rounds)
+    else:
+        trained_bundle(args.bundle, args.corpus, args.limit)
 
 
 if __name__ == "__main__":

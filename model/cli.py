@@ -37,10 +37,13 @@ def build_parser() -> argparse.ArgumentParser:  # long: one declaration per subc
     p.add_argument("checkpoints", type=Path, nargs="+")
     p.add_argument("--out", type=Path, required=True, help="the averaged checkpoint")
 
-    p = sub.add_parser("export", help="write a bundle from a training checkpoint")
-    p.add_argument("checkpoint", type=Path)
-    p.add_argument("out_dir", type=Path)
+    p = sub.add_parser("export", help="write a bundle from a training checkpoint, or a bundle again from its weights")
+    p.add_argument("source", type=Path, help="a checkpoint of `attnserve train`, or a bundle directory")
+    p.add_argument("out_dir", type=Path, help="the bundle to write (SOURCE itself with --force: re-stored in place)")
     p.add_argument("--force", action="store_true", help="replace an existing bundle")
+    p.add_argument("--store", choices=["auto", "float32", "float16"], default="auto",
+                   help="the weights' stored dtype (auto: float32 for a checkpoint, a bundle's own); computation "
+                   "stays float32")  # fmt: skip
     p.add_argument("--int8", action="store_true", help="also write int8 (dynamically quantized) graphs")
     p.add_argument("--float16", action="store_true", help="also write float16 graphs (for GPUs)")
 
@@ -83,6 +86,22 @@ def build_parser() -> argparse.ArgumentParser:  # long: one declaration per subc
     return parser
 
 
+def export(args: argparse.Namespace) -> Path:
+    """``attnserve export``: a checkpoint or a bundle (its variants kept) to a bundle, with the variants asked for."""
+    from model.export import ADD_VARIANT, export_checkpoint, export_from_bundle
+
+    float16 = None if args.store == "auto" else args.store == "float16"
+    if args.source.is_dir():
+        bundle = export_from_bundle(args.source, args.out_dir, float16=float16, force=args.force)
+    else:
+        bundle = export_checkpoint(args.source, args.out_dir, force=args.force, float16=bool(float16))
+    have = json.loads((bundle / "manifest.json").read_text())["graphs"]
+    for variant in ("int8", "float16"):
+        if getattr(args, variant) and variant not in have:
+            ADD_VARIANT[variant](bundle)
+    return bundle
+
+
 def main(argv: list[str]) -> int:  # long: one branch per subcommand, each importing only what it runs
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -105,14 +124,7 @@ def main(argv: list[str]) -> int:  # long: one branch per subcommand, each impor
 
             print(average_checkpoints(args.checkpoints, args.out))
         elif args.command == "export":
-            from model.export import add_float16, add_int8, export_checkpoint
-
-            bundle = export_checkpoint(args.checkpoint, args.out_dir, force=args.force)
-            if args.int8:
-                add_int8(bundle)
-            if args.float16:
-                add_float16(bundle)
-            print(bundle)
+            print(export(args))
         elif args.command == "evaluate":
             from model.evaluate import evaluate
 

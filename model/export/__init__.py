@@ -16,12 +16,15 @@ The package, by concern: :mod:`~model.export.graphs` (the graph modules), :mod:`
 and output names and axes), :mod:`~model.export.kernels` (attnserve's custom ops), :mod:`~model.export.build`
 (torch.onnx export), :mod:`~model.export.check` and :mod:`~model.export.examples` (parity with PyTorch),
 :mod:`~model.export.forms` (the graphs' forms), :mod:`~model.export.weights` (reading the weights back),
-:mod:`~model.export.bundle` (writing a bundle) and :mod:`~model.export.quantize` (the int8 and float16 variants).
+:mod:`~model.export.bundle` (writing a bundle), :mod:`~model.export.quantize` (the int8 and float16 variants),
+:mod:`~model.export.store` (the weights file, float32 or float16) and :mod:`~model.export.reexport` (a bundle exported
+again from its own weights).
 """
 
 from model.export.bundle import export_bundle, export_checkpoint, write_manifest
 from model.export.kernels import kernel_session
 from model.export.quantize import ADD_VARIANT, add_float16, add_int8
+from model.export.reexport import export_from_bundle
 from model.export.weights import load_model, load_state_dict
 
 __all__ = [
@@ -30,6 +33,7 @@ __all__ = [
     "add_int8",
     "export_bundle",
     "export_checkpoint",
+    "export_from_bundle",
     "kernel_session",
     "load_model",
     "load_state_dict",

@@ -15,7 +15,7 @@ import torch
 from model.export.build import export_fast_decoder, export_forced_decoder, export_graphs
 from model.export.check import check_forced_decoder, check_graphs
 from model.export.forms import EXACT_DECODER, EXACT_ENCODER, FORCED_DECODER, fast_decoder_form, with_graph_forms
-from model.export.store import WEIGHTS, store_weights_once
+from model.export.store import WEIGHTS, store_weights_once, stored_float16
 from model.export.weights import graph_weights, load_model, load_state_dict, weight_aliases
 from model.transformer import Transformer, TransformerConfig
 from service.runtime.bundle import FORMAT, sha256
@@ -96,7 +96,8 @@ def export_bundle(
         raise FileExistsError(f"{out_dir} exists; pass --force to replace it")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out_dir.parent, prefix=f".{out_dir.name}.") as tmp_name:
-        tmp = Path(tmp_name)
+        tmp = Path(tmp_name) / out_dir.name  # made by mkdir, so it has the mode of any new directory, not 0700
+        tmp.mkdir()
         export_graphs(model, tmp)
         worst_fast = export_fast_decoder(model, tmp / "decoder.fast.onnx")
         worst_fast = max(worst_fast, export_forced_decoder(model, tmp / FORCED))
@@ -136,7 +137,6 @@ def export_bundle(
         if out_dir.exists():
             shutil.rmtree(out_dir)
         tmp.rename(out_dir)
-        tmp.mkdir()  # the context manager removes it again
     return out_dir
 
 
@@ -159,7 +159,8 @@ def add_forced(bundle_dir: Path) -> int:
     before = (bundle_dir / WEIGHTS).stat().st_size
     graphs = [name for name in manifest["graphs"].values() if isinstance(name, str) and name != FORCED]
     sources = [e["from"] for e in manifest.get("derived", {}).values() if e["from"] not in graphs]
-    size = store_weights_once(bundle_dir, [*graphs, *dict.fromkeys(sources), FORCED])
+    float16 = stored_float16(bundle_dir / manifest["graphs"]["decoder"])
+    size = store_weights_once(bundle_dir, [*graphs, *dict.fromkeys(sources), FORCED], float16=float16)
     if size != before:
         raise ValueError(f"{WEIGHTS} grew from {before} to {size} bytes: the forced decoder holds a weight of its own")
     check_forced_decoder(model, bundle_dir / FORCED)
@@ -168,12 +169,33 @@ def add_forced(bundle_dir: Path) -> int:
     return size
 
 
-def export_checkpoint(checkpoint: Path, out_dir: Path, force: bool = False) -> Path:
-    """``attnserve export CHECKPOINT OUT_DIR``: a checkpoint written by model/train.py to a bundle."""
+def round_to_float16(model: Transformer) -> Transformer:
+    """Round every floating weight of ``model`` (parameters and saved buffers) to the nearest float16 value, in
+    place, so that :func:`export_bundle` can store it as float16; returns ``model``.
+
+    Raises:
+        ValueError: a weight lies beyond float16's range.
+    """
+    with torch.no_grad():
+        for key, value in model.state_dict().items():  # the tensors share storage with the model's
+            if not value.is_floating_point():
+                continue
+            half = value.half()
+            if bool(torch.isinf(half).any()) and bool(torch.isfinite(value).all()):
+                raise ValueError(f"weight {key} lies beyond float16's range; store it as float32")
+            value.copy_(half.float())
+    return model
+
+
+def export_checkpoint(checkpoint: Path, out_dir: Path, force: bool = False, float16: bool = False) -> Path:
+    """``attnserve export CHECKPOINT OUT_DIR``: a checkpoint written by model/train.py to a bundle; with
+    ``float16``, its weights rounded to float16 values and stored so (:func:`round_to_float16`)."""
     ckpt = torch.load(checkpoint, map_location="cpu", weights_only=False)
     config = TransformerConfig.from_dict(ckpt["config"])
     model = Transformer(config)
     model.load_state_dict(ckpt["model"])
+    if float16:
+        round_to_float16(model)
     meta = ckpt["meta"]
     spm = Path(meta["spm"])
     return export_bundle(
@@ -184,5 +206,6 @@ def export_checkpoint(checkpoint: Path, out_dir: Path, force: bool = False) -> P
         target_lang=meta["target_lang"],
         tokenizer={"source": spm, "target": spm},
         provenance=meta.get("provenance"),
+        float16=float16,
         force=force,
     )

@@ -14,7 +14,7 @@ from model.export.build import export_fast_decoder, export_fast_encoder
 from model.export.bundle import write_manifest
 from model.export.check import check_graphs
 from model.export.forms import EXACT_DECODER, EXACT_ENCODER, FAST_ENCODER, fast_decoder_form, with_graph_forms
-from model.export.store import store_weights_once
+from model.export.store import store_weights_once, stored_float16
 from model.export.weights import load_model
 from service.runtime.derive import derive_missing
 
@@ -39,7 +39,8 @@ def add_int8(bundle_dir: Path) -> None:
     the decoder with ONNX Runtime's, which quant_pre_process can load), their weights in the shared weights file,
     and derives the int8 graphs from them without torch (:mod:`service.runtime.derive`, on first load); the manifest's
     ``derived`` says how and its sha256 what they must be. The float32 graphs stay: /attention serves exact
-    weights from them, and they carry the weights for ``export-marian``.
+    weights from them, and they carry the weights for ``export-marian``. The sources are stored as the bundle's
+    other weights are (float16 behind casts in a float16-stored bundle, which the derivation folds).
     """
     manifest = json.loads((bundle_dir / "manifest.json").read_text())
     model = load_model(bundle_dir)
@@ -48,7 +49,8 @@ def add_int8(bundle_dir: Path) -> None:
     worst = export_fast_decoder(model, sources["decoder"], kernels="onnxruntime")  # what the quantizer can load
     log.info("fast decoder matches PyTorch within %.2g", worst)
     graphs = [name for name in manifest["graphs"].values() if isinstance(name, str)]
-    store_weights_once(bundle_dir, [*graphs, *INT8_SOURCES.values()])
+    float16 = stored_float16(bundle_dir / manifest["graphs"]["encoder"])
+    store_weights_once(bundle_dir, [*graphs, *INT8_SOURCES.values()], float16=float16)
     manifest["graphs"]["int8"] = {role: f"{role}.int8.onnx" for role in ("encoder", "decoder")}
     manifest["derived"] = {
         **manifest.get("derived", {}),

@@ -43,6 +43,12 @@ def _as_float16(graph: onnx.ModelProto, tensor: TensorProto, array: np.ndarray) 
     return array.astype(np.float16)
 
 
+def stored_float16(graph_path: Path) -> bool:
+    """Whether the graph at ``graph_path`` stores its weights as float16 behind casts (see the module's docstring)."""
+    graph = onnx.load(str(graph_path), load_external_data=False).graph
+    return any(t.name.endswith(FLOAT16_SUFFIX) and t.data_type == TensorProto.FLOAT16 for t in graph.initializer)
+
+
 def store_weights_once(bundle_dir: Path, names: list[str], float16: bool = False) -> int:
     """Rewrite the graphs ``names`` of ``bundle_dir`` with their initializers of INLINE_BELOW bytes or more in one
     WEIGHTS file, each distinct content once, in the order of ``names`` and of each graph's initializers (the

@@ -6,10 +6,13 @@ import json
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 import torch
+from onnx import TensorProto
 
-from model.export.bundle import export_bundle
+from model.cli import main
+from model.export.bundle import export_bundle, round_to_float16
 from model.export.check import check_graphs
 from model.export.weights import load_state_dict
 from model.transformer import greedy_decode
@@ -71,6 +74,8 @@ def test_export_refuses_to_overwrite(spm: Path, tmp_path: Path) -> None:
     with pytest.raises(FileExistsError):
         export_bundle(model, tmp_path / "b", **kwargs)  # type: ignore[arg-type]
     export_bundle(model, tmp_path / "b", force=True, **kwargs)  # type: ignore[arg-type]
+    (tmp_path / "made").mkdir()
+    assert (tmp_path / "b").stat().st_mode == (tmp_path / "made").stat().st_mode  # not a temporary directory's 0700
     manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
     assert set(manifest["sha256"]) == {"encoder.onnx", "decoder.onnx", "decoder.fast.onnx", "decoder.forced.onnx",
                                        "spm.model", "weights.bin"}  # fmt: skip
@@ -88,3 +93,31 @@ def test_the_committed_tiny_bundles_are_what_the_exporter_writes(tmp_path: Path)
         derived = set(want.get("derived", {}))  # written on first load, never committed (.gitignore)
         shipped = {p.name for p in (FIXTURES / name).iterdir()} - derived
         assert shipped == {"manifest.json", *want["sha256"]} - derived
+
+
+def test_export_checkpoint_stores_float16(spm: Path, tmp_path: Path) -> None:
+    """``attnserve export CHECKPOINT OUT --store float16``: every weight rounded to float16 and stored so, half the
+    weights file, the variants added from the float16-stored graphs."""
+    model = tiny_model(365)
+    meta = {"name": "x", "source_lang": "en", "target_lang": "ja", "spm": str(spm)}
+    torch.save({"config": model.config.to_dict(), "model": model.state_dict(), "meta": meta}, tmp_path / "c.pt")
+    for store in ("float32", "float16"):
+        assert main(["export", str(tmp_path / "c.pt"), str(tmp_path / store), "--store", store, "--int8"]) == 0
+    graph = onnx.load(str(tmp_path / "float16" / "decoder.onnx"), load_external_data=False).graph
+    assert {t.data_type for t in graph.initializer if t.data_location == TensorProto.EXTERNAL} == {TensorProto.FLOAT16}
+    sizes = [(tmp_path / store / "weights.bin").stat().st_size for store in ("float32", "float16")]
+    assert 0.45 * sizes[0] < sizes[1] < 0.6 * sizes[0]
+    _, state = load_state_dict(tmp_path / "float16")
+    for key, value in round_to_float16(model).state_dict().items():
+        assert torch.equal(state[key], value), key
+    assert load_bundle(tmp_path / "float16").variants == ["float32", "int8"]
+    assert main(["export", str(tmp_path / "c.pt"), str(tmp_path / "gpu"), "--store", "float16", "--float16"]) == 0
+    assert load_bundle(tmp_path / "gpu").variants == ["float32", "float16"]  # the GPU variant of float16 weights
+
+
+def test_round_to_float16_refuses_a_weight_beyond_its_range() -> None:
+    model = tiny_model(365)
+    with torch.no_grad():
+        model.generator.proj.weight[0, 0] = 1e6
+    with pytest.raises(ValueError, match="beyond float16's range"):
+        round_to_float16(model)

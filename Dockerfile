@@ -75,6 +75,31 @@ HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \
 ENTRYPOINT ["attnserve"]
 CMD ["serve"]
 
+# ---- Importer: docker build --target import -t attnserve-import . ----
+# The one-shot `attnserve import-argos --packages /packages --cache /cache` that docker-compose.argos.yml and the
+# Kubernetes argos-packages component run before the server (docs/DEPLOY.md, "Argos packages"): the CPU
+# environment plus torch, CPU-only (PyTorch's CPU wheel index; PyPI's Linux wheel brings the CUDA libraries).
+FROM cpu-builder AS import-builder
+RUN python deploy/requirements.py --importer > importer.txt \
+    && pip install --no-cache-dir --index-url https://download.pytorch.org/whl/cpu \
+       --extra-index-url https://pypi.org/simple -r importer.txt
+
+FROM ${PYTHON_IMAGE} AS import
+ARG VERSION=dev
+LABEL org.opencontainers.image.title="attnserve importer" \
+      org.opencontainers.image.description="Imports Argos Translate packages into attnserve bundles (torch, CPU)" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${VERSION}"
+RUN groupadd --system --gid 10001 attnserve \
+    && useradd --system --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin attnserve
+COPY --from=import-builder /opt/venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
+    ATTNSERVE_ARGOS_CACHE=/cache
+USER 10001:10001
+WORKDIR /opt/attnserve
+ENTRYPOINT ["attnserve"]
+CMD ["import-argos", "--packages", "/packages", "--cache", "/cache"]
+
 # ---- CPU runtime (the default target, so it comes last) ----
 FROM ${PYTHON_IMAGE} AS cpu
 ARG VERSION=dev

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 from pathlib import Path
 
 COMMANDS = ("train", "average", "evaluate", "export", "import-marian", "import-argos", "export-marian", "calibrate")
@@ -67,8 +68,11 @@ def build_parser() -> argparse.ArgumentParser:  # long: one declaration per subc
     p.add_argument("--force", action="store_true")
 
     p = sub.add_parser("import-argos", help="convert an Argos Translate package (.argosmodel or folder) into a bundle")
-    p.add_argument("package", type=Path, help="an .argosmodel zip or an unpacked package folder")
-    p.add_argument("out_dir", type=Path)
+    p.add_argument("package", type=Path, nargs="?", help="an .argosmodel zip or an unpacked package folder")
+    p.add_argument("out_dir", type=Path, nargs="?")
+    p.add_argument("--packages", type=Path, default=None,
+                   help="instead: every package folder of this directory, into --cache (docs/DEPLOY.md)")  # fmt: skip
+    p.add_argument("--cache", type=Path, default=None, help="with --packages (default: ATTNSERVE_ARGOS_CACHE's)")
     p.add_argument("--name", default=None, help="bundle name (default: OUT_DIR's name)")
     p.add_argument("--force", action="store_true")
 
@@ -147,9 +151,7 @@ def main(argv: list[str]) -> int:  # long: one branch per subcommand, each impor
                 )
             )
         elif args.command == "import-argos":
-            from model.importers.argos import import_argos
-
-            print(import_argos(args.package, args.out_dir, name=args.name, force=args.force))
+            return import_argos_command(args)
         elif args.command == "export-marian":
             from model.importers.marian import export_marian
 
@@ -163,3 +165,28 @@ def main(argv: list[str]) -> int:  # long: one branch per subcommand, each impor
         logging.getLogger("attnserve").error("%s", e)
         return 2
     return 0
+
+
+def import_argos_command(args: argparse.Namespace) -> int:
+    """``import-argos PACKAGE OUT``, or ``import-argos --packages DIR [--cache CACHE]``: every package of DIR with
+    a bundle in CACHE (0 even when some are skipped: the server serves the others)."""
+    if args.packages is None:
+        if args.package is None or args.out_dir is None:
+            raise ValueError("import-argos: give PACKAGE OUT, or --packages DIR [--cache CACHE]")
+        from model.importers.argos import import_argos
+
+        print(import_argos(args.package, args.out_dir, name=args.name, force=args.force))
+        return 0
+    if args.package is not None or args.name is not None:
+        raise ValueError("import-argos: --packages takes no PACKAGE, OUT or --name")
+    from model.importers.argos_cache import import_packages
+    from service.serving.packages import default_cache_dir
+
+    import_packages(args.packages, args.cache or cache_setting() or default_cache_dir())
+    return 0
+
+
+def cache_setting() -> Path | None:
+    """ATTNSERVE_ARGOS_CACHE, when set (the server reads the same variable)."""
+    value = os.environ.get("ATTNSERVE_ARGOS_CACHE")
+    return Path(value) if value else None

@@ -109,6 +109,12 @@ class Metrics:
         self.model_unloads = Counter(
             p + "model_unloads_total", "Bundles unloaded to make room under models_memory_mb.", registry=r
         )
+        self.packages = Gauge(
+            p + "argos_packages",
+            "Argos packages in ATTNSERVE_ARGOS_PACKAGES at start-up: served, or skipped (the log names each).",
+            ["state"],
+            registry=r,
+        )
         for reason in REJECT_REASONS:
             self.rejected.labels(reason)
         for stage in ("encode", "decode"):
@@ -130,6 +136,11 @@ class Metrics:
         """Read the pairs by state (``loaded``, ``loading``, ``unloaded``) at scrape time."""
         for state in PAIR_STATES:
             self.pairs.labels(state).set_function(partial(_count, states, state))
+
+    def observe_packages(self, served: list[bool]) -> None:
+        """Whether each package found at start-up is served."""
+        self.packages.labels("served").set(sum(served))
+        self.packages.labels("skipped").set(len(served) - sum(served))
 
     def observe_load(self, seconds: float) -> None:
         """One bundle loaded in ``seconds``."""

@@ -14,6 +14,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from service.http.keys import KeysFileError, read_keys_file
+from service.serving.packages import argos_packages_dir, default_cache_dir
 
 DEFAULT_BUNDLE = Path(__file__).resolve().parent.parent / "model" / "bundles" / "en-ja"
 
@@ -26,6 +27,17 @@ class Settings(BaseSettings):
     bundles: Annotated[list[Path], NoDecode] = Field(
         default_factory=lambda: [DEFAULT_BUNDLE],
         description="Bundle directories to serve, one per language pair.",
+    )
+    argos_packages: Path | None = Field(
+        None,
+        description="A directory of unpacked Argos Translate packages (a LibreTranslate installation's), each "
+        "served as a bundle imported into argos_cache; set alone (no BUNDLES, no --bundle), only the packages are "
+        "served. Unset: argos-translate's own packages directory when it exists, beside BUNDLES. Empty: none.",
+    )
+    argos_cache: Path = Field(
+        default_factory=default_cache_dir,
+        description="Where the packages' bundles are kept, one a package's content (docs/MODELS.md): imported by "
+        "`attnserve import-argos --packages`, or by serve itself where the importer (torch) is installed.",
     )
     models_memory_mb: int = Field(
         0,
@@ -255,6 +267,26 @@ class Settings(BaseSettings):
                 return json.loads(value)
             return [v.strip() for v in value.split(",") if v.strip()]
         return value
+
+    @field_validator("argos_packages", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    def packages_dir(self) -> Path | None:
+        """The packages directory served: ``argos_packages`` when set (None when set empty), else argos-translate's
+        own directory when it exists."""
+        if "argos_packages" in self.model_fields_set:
+            return self.argos_packages
+        default = argos_packages_dir()
+        return default if default.is_dir() else None
+
+    def served_bundles(self) -> list[Path]:
+        """The bundle directories served beside the packages: none when ``argos_packages`` is set and ``bundles``
+        is not (a LibreTranslate installation's packages alone), else ``bundles``."""
+        if self.argos_packages is not None and "bundles" not in self.model_fields_set:
+            return []
+        return self.bundles
 
     @model_validator(mode="after")
     def _check_keys_file(self) -> Settings:

@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"  # written by ``python -m tests.bundles``
+# A machine's own LibreTranslate packages are served by default (service/serving/packages.py); never in the tests.
+os.environ["ARGOS_PACKAGES_DIR"] = str(FIXTURES / "no-argos-packages")
 TINY, TINY_INT8 = "tiny-en-ja", "tiny-en-ja-int8"
 
 

@@ -88,14 +88,15 @@ def serve(settings: Settings) -> int:
     import uvicorn
 
     from service.cli.server import Server
-    from service.http.app import create_app
+    from service.http.app import configure_logging, create_app
     from service.http.slow_clients import uvicorn_options
     from service.runtime.runner import tune_memory
     from service.serving.core_sharing import UNAVAILABLE, batch_scheduling
     from service.serving.startup import StartupError, bind, check
 
+    configure_logging(settings)  # start-up logs each Argos package it imports or skips
     try:
-        bundles = check(settings)
+        checked = check(settings)
         sock = bind(settings)
     except StartupError as e:
         print(f"attnserve: {e}", file=sys.stderr)
@@ -103,7 +104,7 @@ def serve(settings: Settings) -> int:
     tune_memory()  # before any thread starts, so that every thread allocates from the one malloc arena it sets
     if settings.sched_batch == "always" and not batch_scheduling():  # before any thread starts: they inherit it
         print(f"attnserve: {UNAVAILABLE}", file=sys.stderr)
-    app = create_app(settings, bundles, on_fatal=lambda message: server.fail(message))
+    app = create_app(settings, checked, on_fatal=lambda message: server.fail(message))
     config = uvicorn.Config(
         app,
         host=settings.host,

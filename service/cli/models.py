@@ -1,15 +1,18 @@
 """``attnserve models``: what a server with the current settings would serve: each bundle with its pairs, where it
-came from, its parameters, size on disk, stored precision and graph variants, and the pairs served through the pivot
-language. It reads manifests and ONNX graphs' initializer headers only: no session, no weights, no torch."""
+came from, its parameters, size on disk, stored precision and graph variants, the Argos packages with their pairs and
+import state, and the pairs served through the pivot language. It reads manifests, ONNX graphs' initializer headers
+and the packages' files (their content keys) only: no session, no weights, no torch, no import."""
 
 from __future__ import annotations
 
 import json
 import sys
+from contextlib import suppress
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from service.serving import packages
 from service.serving.catalog import Pair, disk_bytes, pairs_of, pivots
 from service.settings import Settings
 
@@ -38,10 +41,26 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="one JSON object: bundles and pivot pairs")
 
 
+@dataclass(frozen=True)
+class PackageRow:
+    """One Argos package folder as ``attnserve models`` lists it."""
+
+    folder: str
+    pairs: list[Pair]
+    state: str  # service/serving/packages.py's states; "cached": its bundle is listed among the bundles
+    bundle: str | None
+    reason: str
+
+
 def main(args: Any, settings: Settings) -> int:
     """Print the table (or ``--json``); 2 with one line on stderr for a bundle whose manifest cannot be read."""
+    try:
+        found = listed_packages(settings)
+    except OSError as e:
+        print(f"attnserve: {settings.packages_dir()}: cannot read the packages directory ({e})", file=sys.stderr)
+        return 2
     models = []
-    for path in settings.bundles:
+    for path in [*settings.served_bundles(), *(Path(p.bundle) for p in found if p.bundle)]:
         try:
             models.append(describe(path))
         except (OSError, ValueError, KeyError, TypeError) as e:
@@ -50,10 +69,35 @@ def main(args: Any, settings: Settings) -> int:
     direct = [p for m in models for p in m.pairs]
     pivoted = [(p.source, p.via, p.target) for p in pivots(direct, settings.pivot_language)]
     if args.json:
-        print(json.dumps({"bundles": [asdict(m) for m in models], "pivots": pivoted}, ensure_ascii=False, indent=2))
+        listing = {"bundles": [asdict(m) for m in models], "packages": [asdict(p) for p in found], "pivots": pivoted}
+        print(json.dumps(listing, ensure_ascii=False, indent=2))
     else:
-        print(table(models, pivoted))
+        print(table(models, pivoted, found))
     return 0
+
+
+def listed_packages(settings: Settings) -> list[PackageRow]:
+    """The packages directory's packages as a server would find them (none imported here): a package whose pair
+    a bundle of ``BUNDLES`` or an earlier package already serves is ``shadowed``, its bundle not served.
+
+    Raises:
+        OSError: the directory cannot be listed.
+    """
+    directory = settings.packages_dir()
+    if directory is None:
+        return []
+    taken: set[Pair] = set()
+    for path in settings.served_bundles():
+        with suppress(OSError, ValueError, KeyError, TypeError):
+            taken.update(pairs_of(json.loads((path / "manifest.json").read_text())))
+    rows = []
+    for o in packages.sync(directory, settings.argos_cache, importer=None):
+        state, bundle, reason = o.state, str(o.bundle) if o.bundle else None, o.reason
+        if o.pair in taken and o.bundle is not None:
+            state, bundle, reason = "shadowed", None, f"{'→'.join(o.pair)} is served by another bundle"
+        taken.update([o.pair] if o.pair and bundle else [])
+        rows.append(PackageRow(str(o.folder), [o.pair] if o.pair else [], state, bundle, reason))
+    return rows
 
 
 def describe(path: Path) -> Model:
@@ -127,8 +171,8 @@ def precision(graphs: list[Path]) -> list[str]:
     return sorted(found)
 
 
-def table(models: list[Model], pivoted: list[tuple[str, str, str]]) -> str:
-    """The plain table: one line a bundle, then the pivot pairs."""
+def table(models: list[Model], pivoted: list[tuple[str, str, str]], found: list[PackageRow]) -> str:
+    """The plain table: one line a bundle, then the Argos packages, then the pivot pairs."""
     rows = [("bundle", "pairs", "parameters", "disk", "precision", "variants", "origin")]
     for m in models:
         variants = ", ".join(v if s == "shipped" else f"{v} ({s})" for v, s in m.variants.items())
@@ -137,6 +181,12 @@ def table(models: list[Model], pivoted: list[tuple[str, str, str]]) -> str:
         rows.append((m.name, pairs, f"{m.parameters:,}", size, "/".join(m.precision), variants, m.origin))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     lines = ["  ".join([*(c.ljust(w) for c, w in zip(r, widths, strict=False)), r[-1]]).rstrip() for r in rows]
+    if found:
+        lines += ["", "Argos packages:"]
+        for p in found:
+            where = p.bundle if p.bundle else p.reason
+            pairs = " ".join(f"{s}→{t}" for s, t in p.pairs) or "?"
+            lines.append(f"  {Path(p.folder).name}  {pairs}  {p.state}: {where}")
     if pivoted:
         lines += ["", "through a pivot language:"]
         lines += [f"  {s}→{t} via {v} ({s}→{v}, {v}→{t})" for s, v, t in pivoted]

@@ -148,12 +148,12 @@ def freeze_start_up() -> None:
 
 def create_app(
     settings: Settings | None = None,
-    bundles: list[Bundle] | None = None,
+    checked: startup.Checked | None = None,
     on_fatal: Callable[[str], None] | None = None,
 ) -> FastAPI:
     """The attnserve app (``uvicorn --factory service.http.app:create_app``); ``settings`` default to the environment's.
 
-    The lifespan checks the bundles (service/serving/startup.py; ``bundles`` already checked skip that), then lets the
+    The lifespan checks the bundles and packages (service/serving/startup.py; ``checked`` skips that), then lets the
     server listen while :func:`start` builds the runners and warms up in the background; /translate and /attention
     answer 503 until then. ``on_fatal`` hears of a start-up failure after listening. ``app.state.shutdown`` is the
     drain that service/cli/server.py begins on SIGTERM.
@@ -165,9 +165,10 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         configure_logging(s)
-        checked = startup.check(s) if bundles is None else bundles
+        served = startup.check(s) if checked is None else checked
         app.state.attnserve = holder["state"] = state = State(s, Metrics())
-        loading = asyncio.create_task(start(state, checked, on_fatal))
+        state.metrics.observe_packages([o.served for o in served.packages])
+        loading = asyncio.create_task(start(state, served.bundles, on_fatal))
         try:
             yield
         finally:

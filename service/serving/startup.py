@@ -8,17 +8,31 @@ load; everything that can be checked without them is checked here, first.
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import socket
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from service.runtime.bundle import Bundle, BundleError, load_bundle
+from service.serving import packages
 from service.serving.budget import MiB
-from service.serving.catalog import disk_bytes, pairs_of
+from service.serving.catalog import Pair, disk_bytes, pairs_of
 from service.settings import Settings
 
 ENV_PREFIX = "ATTNSERVE_"
+log = logging.getLogger("attnserve")
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What start-up serves: the checked bundles (``BUNDLES``' then the packages'), and what became of each
+    package folder (skipped ones with their reason)."""
+
+    bundles: list[Bundle]
+    packages: list[packages.Outcome] = dataclasses.field(default_factory=list)
 
 
 class StartupError(Exception):
@@ -60,23 +74,24 @@ def one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def check(settings: Settings) -> list[Bundle]:
-    """Every bundle of ``settings``, loaded, verified and checked against the settings and each other.
+def check(settings: Settings) -> Checked:
+    """Every bundle of ``settings``, loaded, verified and checked against the settings and each other; then the
+    packages directory's bundles (imported first where the importer runs), a package that cannot be served skipped
+    and logged in one line.
 
     Raises:
-        StartupError: no bundle, an unknown provider, a missing, damaged or inconsistent bundle, the settings'
-            graph variant missing from a bundle, or two bundles of one language pair.
+        StartupError: nothing to serve, an unknown provider, a missing, damaged or inconsistent bundle, the settings'
+            graph variant missing from a bundle, two bundles of one language pair, or a packages directory that
+            cannot be listed.
     """
     from service.runtime.runner import ProviderError, choose_provider
 
-    if not settings.bundles:
-        raise StartupError(f"{ENV_PREFIX}BUNDLES is empty: name at least one bundle directory")
     try:
         choose_provider(settings.provider)
     except ProviderError as e:
         raise StartupError(str(e)) from None
-    bundles = [check_bundle(path, settings) for path in settings.bundles]
-    pairs: dict[tuple[str, str], Path] = {}
+    bundles = [check_bundle(path, settings) for path in settings.served_bundles()]
+    pairs: dict[Pair, Path] = {}
     for b in bundles:
         for pair in pairs_of(b.manifest):
             if pair in pairs:
@@ -86,7 +101,69 @@ def check(settings: Settings) -> list[Bundle]:
                 )
             pairs[pair] = b.path
         check_fits(b, settings)
-    return bundles
+    outcomes = []
+    for outcome in package_outcomes(settings):
+        bundle, outcome = admit(outcome, settings, pairs)
+        outcomes.append(outcome)
+        if bundle is not None:
+            bundles.append(bundle)
+    if not bundles:
+        raise StartupError(
+            f"nothing to serve: {ENV_PREFIX}BUNDLES is empty and no Argos package could be served — name at least "
+            f"one bundle directory, or set {ENV_PREFIX}ARGOS_PACKAGES to a directory of packages (the log names each)"
+        )
+    return Checked(bundles, outcomes)
+
+
+def package_outcomes(settings: Settings) -> list[packages.Outcome]:
+    """The packages directory's packages with their bundles in ``argos_cache``, those missing imported (in a
+    subprocess) where this installation has the importer.
+
+    Raises:
+        StartupError: the directory, named explicitly, cannot be listed.
+    """
+    directory = settings.packages_dir()
+    if directory is None:
+        return []
+    importer = logged_import if packages.importer_here() else None
+    try:
+        return packages.sync(directory, settings.argos_cache, importer)
+    except OSError as e:
+        raise StartupError(
+            f"{directory}: cannot read the packages directory ({e.strerror or e}) — check {ENV_PREFIX}ARGOS_PACKAGES"
+        ) from None
+
+
+def logged_import(folder: Path, out: Path, name: str) -> None:
+    """:func:`packages.subprocess_importer`, announced: an import takes seconds to minutes."""
+    log.info("argos package %s: importing into the cache (once for this content)", name)
+    packages.subprocess_importer(folder, out, name)
+
+
+def admit(
+    outcome: packages.Outcome, settings: Settings, pairs: dict[Pair, Path]
+) -> tuple[Bundle | None, packages.Outcome]:
+    """A package's bundle checked as any bundle, its pairs added to ``pairs``; or None and the outcome saying why
+    it is skipped (logged in one line)."""
+    bundle = None
+    if outcome.bundle is not None:
+        try:
+            bundle = check_bundle(outcome.bundle, settings)
+            taken = [p for p in pairs_of(bundle.manifest) if p in pairs]
+            if taken:
+                reason = f"{'→'.join(taken[0])} is served by {pairs[taken[0]]}"
+                outcome, bundle = dataclasses.replace(outcome, state="shadowed", reason=reason), None
+            else:
+                check_fits(bundle, settings)
+        except StartupError as e:
+            outcome, bundle = dataclasses.replace(outcome, state="broken", reason=str(e)), None
+    pair = "→".join(outcome.pair) if outcome.pair else "?"
+    if bundle is None:
+        log.warning("argos package %s (%s): skipped, %s: %s", outcome.folder, pair, outcome.state, outcome.reason)
+        return None, outcome
+    pairs.update(dict.fromkeys(pairs_of(bundle.manifest), bundle.path))
+    log.info("argos package %s (%s): %s, %s", outcome.folder.name, pair, outcome.state, bundle.path)
+    return bundle, outcome
 
 
 def check_fits(bundle: Bundle, settings: Settings) -> None:

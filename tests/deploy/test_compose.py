@@ -9,7 +9,7 @@ import yaml
 
 from .conftest import REPO, run_tool
 
-COMPOSE_FILES = ["docker-compose.yml", "docker-compose.gpu.yml"]
+COMPOSE_FILES = ["docker-compose.yml", "docker-compose.gpu.yml", "docker-compose.argos.yml"]
 
 
 def load(name: str) -> dict:
@@ -75,3 +75,27 @@ def test_gpu_override_reserves_a_gpu_and_builds_the_gpu_target() -> None:
     assert api["build"]["target"] == "gpu"
     devices = api["deploy"]["resources"]["reservations"]["devices"]
     assert devices == [{"driver": "nvidia", "count": 1, "capabilities": ["gpu"]}]
+
+
+def mount(volume: str) -> tuple[str, tuple[str, str]]:
+    """A short-syntax volume as (target, (source, mode)); the source may hold ``${VAR:?message}``."""
+    rest, mode = (volume[:-3], volume[-2:]) if volume.endswith((":ro", ":rw")) else (volume, "rw")
+    source, target = rest.rsplit(":", 1)
+    return target, (source, mode)
+
+
+def test_argos_override_imports_before_the_api_serves_the_cache() -> None:
+    services = load("docker-compose.argos.yml")["services"]
+    importer, api = services["import"], services["api"]
+    assert importer["build"]["target"] == "import" and importer["command"][:2] == ["import-argos", "--packages"]
+    assert api["depends_on"] == {"import": {"condition": "service_completed_successfully"}}
+    command = dict(zip(importer["command"][1::2], importer["command"][2::2], strict=True))
+    mounts = {s: dict(mount(v) for v in service["volumes"]) for s, service in services.items()}
+    assert mounts["import"][command["--packages"]] == mounts["api"]["/packages"]
+    assert mounts["import"][command["--packages"]][1] == "ro", "the packages are only read"
+    assert mounts["import"][command["--cache"]] == ("argos-cache", "rw") and mounts["api"]["/cache"][1] == "ro"
+    env = api["environment"]
+    assert (env["ATTNSERVE_ARGOS_PACKAGES"], env["ATTNSERVE_ARGOS_CACHE"]) == ("/packages", command["--cache"])
+    assert env["ATTNSERVE_BUNDLES"] == "", "the packages alone, as LibreTranslate serves them"
+    stages = (REPO / "Dockerfile").read_text()
+    assert "AS import\n" in stages and "requirements.py --importer" in stages

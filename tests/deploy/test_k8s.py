@@ -14,6 +14,7 @@ from .conftest import REPO, run_tool
 K8S = REPO / "deploy" / "k8s"
 OVERLAYS = sorted(p.name for p in (K8S / "overlays").iterdir() if p.is_dir())
 QUEUE_DEPTH = K8S / "components" / "queue-depth-hpa"
+ARGOS_PACKAGES = K8S / "components" / "argos-packages"
 # The oldest Kubernetes release the manifests are meant for.
 KUBERNETES_VERSION = "1.30"
 # Custom resources have no schema in kubernetes-validate's bundle; they are checked for their structure only.
@@ -65,3 +66,23 @@ def test_queue_depth_component_replaces_the_cpu_metric(tmp_path: Path) -> None:
     adapter = yaml.safe_load((QUEUE_DEPTH / "prometheus-adapter-values.yaml").read_text())
     assert metric["type"] == "Pods"
     assert metric["pods"]["metric"]["name"] == adapter["rules"]["custom"][0]["name"]["as"] == "attnserve_queue_depth"
+
+
+def test_argos_packages_component_imports_in_an_init_container(tmp_path: Path) -> None:
+    overlay, component = (os.path.relpath(p, tmp_path) for p in (K8S / "overlays" / "cpu", ARGOS_PACKAGES))
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({"resources": [overlay], "components": [component]}))
+    pod = validate(build(tmp_path))["Deployment"]["spec"]["template"]["spec"]
+    (init,) = pod["initContainers"]
+    (container,) = pod["containers"]
+    assert init["image"] == "attnserve-import", "the importer's own image, not the overlay's retagged server"
+    args = dict(zip(init["args"][1::2], init["args"][2::2], strict=True))
+    assert init["args"][0] == "import-argos"
+    mounts = {c: {m["mountPath"]: m for m in x["volumeMounts"]} for c, x in (("init", init), ("api", container))}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert mounts["init"][args["--cache"]]["name"] == mounts["api"]["/cache"]["name"] == "argos-cache"
+    assert mounts["init"][args["--packages"]]["readOnly"] and mounts["api"]["/packages"]["readOnly"]
+    assert volumes["argos-packages"]["persistentVolumeClaim"]["claimName"] == "argos-packages"
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert (env["ATTNSERVE_ARGOS_PACKAGES"], env["ATTNSERVE_ARGOS_CACHE"]) == ("/packages", args["--cache"])
+    assert env["ATTNSERVE_BUNDLES"] == ""
+    assert init["securityContext"]["readOnlyRootFilesystem"] and "/tmp" in mounts["init"]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -100,3 +102,28 @@ def server(tiny_bundle: Path) -> Iterator[Server]:
     """One server with the default settings, shared by a module's tests."""
     with Server(Settings(bundles=[tiny_bundle], max_wait_ms=20)) as s:
         yield s
+
+
+@pytest.fixture(scope="session")
+def argos_installation(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A packages directory (tests/service/argos_installation.py: three packages and a broken one) and a cache
+    that the one-shot ``attnserve import-argos --packages DIR --cache CACHE`` filled; skipped without the dev extra
+    (torch and ctranslate2 build the packages)."""
+    for module in ("torch", "ctranslate2"):
+        pytest.importorskip(module, reason="the Argos packages are built with torch and CTranslate2 (the dev extra)")
+    from tests.bundles import tiny_spm
+    from tests.service.argos_installation import build_installation
+
+    root = tmp_path_factory.mktemp("argos")
+    packages = build_installation(root, tiny_spm(root / "spm"))
+    cache = root / "cache"
+    command = ["import-argos", "--packages", str(packages), "--cache", str(cache)]
+    done = subprocess.run(
+        [sys.executable, "-c", "from service.cli.main import main; exit(main())", *command],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    (root / "import.log").write_text(done.stderr)
+    assert done.returncode == 0, done.stderr
+    return packages, cache

@@ -1,5 +1,6 @@
 """Real LibreTranslate clients, unmodified, against a real uvicorn serving the tiny bundle: libretranslatepy,
-deep-translator's LibreTranslator, and Weblate's request shape (its LibreTranslate machinery's JSON batch).
+deep-translator's LibreTranslator, and Weblate's request shape (its LibreTranslate machinery's JSON batch); and the
+same clients against ``attnserve serve`` started with only a directory of Argos packages, on every pair.
 
 The clients are in the ``test`` extra; without them these tests skip, except under CI=true where they fail.
 """
@@ -11,11 +12,17 @@ import os
 import re
 import time
 import urllib.error
+from collections.abc import Iterator
+from pathlib import Path
 from types import ModuleType
+from typing import Any
 
+import httpx
 import pytest
 
+from tests.service.argos_installation import PACKAGES, reference_text
 from tests.service.conftest import Server, ServerFactory
+from tests.service.process import ServeProcess
 
 TEXTS = ["Open file", "Delete the selected files?", "Settings"]
 WEBLATE_TIMEOUT_S = 20  # Weblate's LibreTranslate machinery: request_timeout
@@ -104,4 +111,68 @@ def test_weblate_request_shape(server: Server) -> None:
 
 def test_weblate_markers_are_kept(server: Server) -> None:
     texts, translated, _ = weblate_batch(server)
+    assert [markers(t) for t in translated] == [markers(t) for t in texts]
+
+
+# A server started with only ATTNSERVE_ARGOS_PACKAGES (and its cache): every package's pair, asked by each client,
+# answers CTranslate2's own translation of the package (tests/service/argos_installation.py).
+
+
+@pytest.fixture(scope="module")
+def packages_server(argos_installation: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    packages, cache = argos_installation
+    log = tmp_path_factory.mktemp("packages-server") / "serve.log"
+    with ServeProcess(log, argos_packages=packages, argos_cache=cache, max_wait_ms=20) as server:
+        yield server.wait_ready(timeout=300)
+
+
+def package_reference(argos_installation: tuple[Path, Path], name: str, text: str) -> str:
+    packages, cache = argos_installation
+    (bundle,) = cache.glob(f"{name}-*/")
+    return reference_text(packages / name, bundle, text)
+
+
+PACKAGE_PAIRS = [(name, source, target) for name, (source, target, *_) in PACKAGES.items()]
+
+
+def test_packages_alone_serve_every_pair(packages_server: Any) -> None:
+    with httpx.Client(base_url=packages_server.url) as c:
+        languages = {lang["code"]: set(lang["targets"]) for lang in c.get("/languages").json()}
+        names = set(re.findall(r'attnserve_model_info\{name="([^"]+)"', c.get("/metrics").text))
+    # ja→de through en; the broken package's en→fr is not served
+    assert languages == {"en": {"ja", "de"}, "ja": {"en", "de"}, "de": set()}
+    assert names == set(PACKAGES), "the packages alone: not the shipped bundle"
+
+
+@pytest.mark.parametrize(("name", "source", "target"), PACKAGE_PAIRS)
+def test_libretranslatepy_on_packages(
+    packages_server: Any, argos_installation: tuple[Path, Path], name: str, source: str, target: str
+) -> None:
+    lt = client("libretranslatepy", "libretranslatepy").LibreTranslateAPI(packages_server.url)
+    for text in TEXTS:
+        assert lt.translate(text, source, target) == package_reference(argos_installation, name, text)
+    assert {source, target} <= {lang["code"] for lang in lt.languages()}
+
+
+@pytest.mark.parametrize(("name", "source", "target"), PACKAGE_PAIRS)
+def test_deep_translator_on_packages(
+    packages_server: Any, argos_installation: tuple[Path, Path], name: str, source: str, target: str
+) -> None:
+    libre = client("deep_translator", "deep-translator")
+    translator = libre.LibreTranslator(
+        source=source, target=target, api_key="unused", custom_url=packages_server.url + "/"
+    )
+    want = [package_reference(argos_installation, name, t) for t in TEXTS]
+    assert translator.translate(TEXTS[1]) == want[1]
+    assert translator.translate_batch(TEXTS) == want
+
+
+@pytest.mark.parametrize(("name", "source", "target"), PACKAGE_PAIRS)
+def test_weblate_request_shape_on_packages(packages_server: Any, name: str, source: str, target: str) -> None:
+    texts = weblate_texts()
+    body = {"api_key": "", "q": texts, "source": source, "target": target}
+    with httpx.Client(base_url=packages_server.url, timeout=WEBLATE_TIMEOUT_S) as c:
+        r = c.post("/translate", json=body)
+    assert r.status_code == 200, r.text
+    translated = r.json()["translatedText"]
     assert [markers(t) for t in translated] == [markers(t) for t in texts]

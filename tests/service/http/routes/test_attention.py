@@ -21,6 +21,7 @@ from service.http.schemas import SpanPath
 from service.runtime.bundle import load_bundle
 from service.serving.engine import Runners
 from service.serving.restoring import PATHS
+from service.serving.startup import Checked
 from service.settings import DEFAULT_BUNDLE, Settings
 from service.text.pipeline import TextPipeline
 from tests.service.conftest import Server, assert_loading
@@ -286,7 +287,7 @@ def mangling(monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
     """The app serving :class:`Mangler`, a model that writes "A {lg} B 7" for any text."""
     runner = Mangler()
     monkeypatch.setattr(Runners, "build", classmethod(lambda cls, bundle, settings: cls(runner, runner)))
-    with TestClient(create_app(Settings(max_wait_ms=1), bundles=[Bundle()])) as client:  # type: ignore[list-item]
+    with TestClient(create_app(Settings(max_wait_ms=1), Checked([Bundle()]))) as client:  # type: ignore[list-item]
         deadline = time.monotonic() + 30
         while (ready := client.get("/readyz")).status_code != 200 and time.monotonic() < deadline:
             time.sleep(0.01)

@@ -58,27 +58,35 @@ def choose_provider(requested: Provider) -> str:
 def cuda_unusable() -> str | None:
     """Why ONNX Runtime cannot run a graph on CUDA here (no GPU visible, a CUDA library missing), or None when it
     can; asked once per process, after CUDA's libraries are preloaded."""
-    from onnx import TensorProto, helper
-
     preload_cuda()
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
-    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "probe", [x], [y])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     options = ort.SessionOptions()
     options.log_severity_level = 4  # the reason is returned; ONNX Runtime's own lines would repeat it
     try:
         # No fallback: a CUDA that fails to start raises here instead of running the probe on the CPU.
-        session = ort.InferenceSession(model.SerializeToString(), options, providers=[CUDA], enable_fallback=0)
+        session = ort.InferenceSession(probe_model(), options, providers=[CUDA], enable_fallback=0)
     except Exception as e:  # ONNX Runtime raises RuntimeError, Fail or its other pybind errors: each is a reason
         reason = " ".join(str(e).split())
         log.warning("CUDA execution provider unusable: %s", reason)
         return reason
     providers = session.get_providers()
-    if providers[0] != CUDA:
-        log.warning("CUDA execution provider unusable: ONNX Runtime placed the probe on %s", providers)
-        return f"ONNX Runtime placed a graph on {providers}"
+    if providers[0] != CUDA:  # onnxruntime-gpu logs why (no driver, a library missing) and runs on the CPU
+        reason = f"a graph ran on {providers}: ONNX Runtime's log above says why"
+        log.warning("CUDA execution provider unusable: %s", reason)
+        return reason
     return None
+
+
+def probe_model() -> bytes:
+    """A one-node graph (y = x, one float) that any execution provider runs."""
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "probe", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8  # what every ONNX Runtime the service supports reads, whatever onnx writes by default
+    serialized: bytes = model.SerializeToString()
+    return serialized
 
 
 @functools.cache

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 
@@ -48,6 +50,13 @@ def test_auto_serves_on_the_cpu_when_cuda_cannot_start() -> None:
 def test_cuda_requested_where_it_cannot_start_stops_with_the_reason() -> None:
     with pytest.raises(ProviderError, match=r"cannot start CUDA .*ATTNSERVE_PROVIDER=auto"):
         choose_provider("cuda")
+
+
+def test_the_probe_is_a_graph_every_supported_onnx_runtime_reads() -> None:
+    model = providers.probe_model()
+    assert onnx.load_from_string(model).ir_version <= 8  # ONNX Runtime 1.24's IR 10 and older read it
+    session = ort.InferenceSession(model, providers=[CPU])
+    assert session.run(None, {"x": np.array([2.0], np.float32)})[0].tolist() == [2.0]
 
 
 def test_cpu_is_chosen_without_asking_onnx_runtime(monkeypatch: pytest.MonkeyPatch) -> None:

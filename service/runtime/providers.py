@@ -60,7 +60,7 @@ def cuda_unusable() -> str | None:
     can; asked once per process, after CUDA's libraries are preloaded."""
     preload_cuda()
     options = ort.SessionOptions()
-    options.log_severity_level = 4  # the reason is returned; ONNX Runtime's own lines would repeat it
+    options.log_severity_level = 4  # the probe session's lines: the reason is returned (the environment's stay)
     try:
         # No fallback: a CUDA that fails to start raises here instead of running the probe on the CPU.
         session = ort.InferenceSession(probe_model(), options, providers=[CUDA], enable_fallback=0)

@@ -1,5 +1,5 @@
 # attnserve images. CPU (default):  docker build -t attnserve:cpu .
-#                   GPU (CUDA 12):  docker build --target gpu -t attnserve:gpu .
+#                   GPU (CUDA 13):  docker build --target gpu -t attnserve:gpu .
 # Runtime images hold the service's dependencies only: no torch, no compilers. The builders compile attnserve's two
 # C extensions (service/runtime/_beam.c, beam search's per-step arithmetic; service/runtime/_attention.c, the fast decoder's attention
 # kernels for ONNX Runtime, against the headers in third_party/onnxruntime) and keep gcc, pip and the build tree out
@@ -7,7 +7,6 @@
 # Settings are ATTNSERVE_* environment variables (docs/DEPLOY.md); the shipped bundles (model/bundles) are inside.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
-ARG CUDA_IMAGE=nvidia/cuda:12.6.3-cudnn-runtime-ubuntu24.04
 
 # ---- CPU builder: a virtual environment in /opt/venv ----
 FROM ${PYTHON_IMAGE} AS cpu-builder
@@ -28,44 +27,46 @@ COPY model model
 # The int8 graphs are derived from the shipped ones (service/runtime/derive.py) here: the runtime's bundles are read-only.
 RUN pip install --no-cache-dir --no-deps . && attnserve derive model/bundles
 
-# ---- GPU base: CUDA 12 + cuDNN 9 runtime libraries and the distribution's Python (3.12 on Ubuntu 24.04) ----
-FROM ${CUDA_IMAGE} AS gpu-base
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends python3 python3-venv \
-    && rm -rf /var/lib/apt/lists/*
+# ---- GPU builder: the CPU builder's environment with onnxruntime-gpu INSTEAD of onnxruntime (never both: they share
+# a module), one layer over it. The C extensions and the derived graphs are the CPU builder's: _attention.c reaches
+# ONNX Runtime only through the API pointer that the runtime hands it, and the graphs are files. ----
+FROM cpu-builder AS gpu-builder
+RUN python deploy/requirements.py --gpu --no-cuda > requirements-gpu.txt \
+    && pip uninstall --yes onnxruntime \
+    && pip install --no-cache-dir -r requirements-gpu.txt
 
-# ---- GPU builder: the same, with onnxruntime-gpu INSTEAD of onnxruntime (never both: they share a module) ----
-FROM gpu-base AS gpu-builder
+# ---- CUDA 13 and cuDNN 9: the nvidia-* wheels that onnxruntime-gpu loads (onnxruntime.preload_dlls()), pinned in
+# pyproject.toml, installed where the environment's site-packages is. A stage of their own, so that the image's
+# largest layer changes only with these pins; the host needs only the NVIDIA driver. ----
+FROM ${PYTHON_IMAGE} AS cuda-libraries
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1
-RUN python3 -m venv /opt/venv
-ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml ./
 COPY deploy/requirements.py deploy/
-RUN python deploy/requirements.py --gpu > requirements.txt && pip install --no-cache-dir -r requirements.txt
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends gcc libc6-dev python3-dev \
-    && rm -rf /var/lib/apt/lists/*
-COPY third_party third_party
-COPY service service
-COPY model model
-# The int8 graphs are derived from the shipped ones (service/runtime/derive.py) here: the runtime's bundles are read-only.
-RUN pip install --no-cache-dir --no-deps . && attnserve derive model/bundles
+RUN python -m venv /tmp/pip \
+    && python deploy/requirements.py --cuda > cuda.txt \
+    && site="/opt/venv/lib/$(python -c 'import sys; print("python%d.%d" % sys.version_info[:2])')/site-packages" \
+    && /tmp/pip/bin/pip install --no-cache-dir --no-deps --target "$site" -r cuda.txt \
+    && rm -rf /tmp/pip
 
 # ---- GPU runtime: docker build --target gpu ----
-FROM gpu-base AS gpu
+FROM ${PYTHON_IMAGE} AS gpu
 ARG VERSION=dev
 LABEL org.opencontainers.image.title="attnserve (GPU)" \
-      org.opencontainers.image.description="Machine-translation inference service with per-head attention (ONNX Runtime, CUDA)" \
+      org.opencontainers.image.description="Machine-translation inference service with per-head attention (ONNX Runtime, CUDA 13)" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.version="${VERSION}"
 RUN groupadd --system --gid 10001 attnserve \
     && useradd --system --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin attnserve
-COPY --from=gpu-builder /opt/venv /opt/venv
+# What changes least first: a change rebuilds the layers after it.
 COPY --from=gpu-builder /src/model/bundles /opt/attnserve/bundles
+COPY --from=cuda-libraries /opt/venv /opt/venv
+COPY --from=gpu-builder /opt/venv /opt/venv
+# NVIDIA_*: what NVIDIA's CUDA images set, so that the NVIDIA Container Toolkit mounts the driver's libraries.
 ENV PATH=/opt/venv/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
     ATTNSERVE_BUNDLES=/opt/attnserve/bundles ATTNSERVE_PROVIDER=cuda \
-    ATTNSERVE_HOST=0.0.0.0 ATTNSERVE_PORT=8000
+    ATTNSERVE_HOST=0.0.0.0 ATTNSERVE_PORT=8000 \
+    NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility
 USER 10001:10001
 WORKDIR /opt/attnserve
 EXPOSE 8000

@@ -48,7 +48,7 @@ test-service: $(SVENV)/.test
 	$(SVENV)/bin/python -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("torch") is not None)'
 	$(SVENV)/bin/python -m pytest -q tests/service
 
-# The Docker image built and run (tests/deploy/test_image.py): needs root, docker.io and debootstrap.
+# The Docker images (CPU and GPU targets) built and run (tests/deploy/test_image.py): needs root, docker.io and debootstrap.
 .PHONY: image-test
 image-test: $(VENV)/.dev
 	$(BIN)/python -m pytest -q -m image tests/deploy/test_image.py

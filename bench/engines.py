@@ -166,7 +166,9 @@ class Prepared:
         return cls(Path(setup["bundle"]), hf, Path(setup["ct2"]), json.loads((hf / "vocab.json").read_text()))
 
 
-def prepare(bundle_dir: Path, work: Path, variants: Sequence[str] = ("int8",)) -> Prepared:
+def prepare(
+    bundle_dir: Path, work: Path, variants: Sequence[str] = ("int8",), with_ctranslate2: bool = True
+) -> Prepared:
     """Make what the engines load, under ``work``; reused when ``work`` already holds them for this bundle.
 
     Args:
@@ -174,12 +176,11 @@ def prepare(bundle_dir: Path, work: Path, variants: Sequence[str] = ("int8",)) -
         work: a directory for a copy of the bundle with the ``variants`` it lacks, the MarianMTModel directory and
             the CTranslate2 model.
         variants: graph variants the bundle used must have (``int8``, ``float16``), made in the copy if missing.
+        with_ctranslate2: convert the CTranslate2 model too (False: no CTranslate2 needed, and ``ct2`` is not made).
 
     Raises:
         service.runtime.bundle.BundleError: the bundle is missing or corrupted.
     """
-    import ctranslate2
-
     from model.export import ADD_VARIANT
     from model.importers.marian import export_marian
     from service.runtime.bundle import load_bundle, sha256
@@ -203,7 +204,9 @@ def prepare(bundle_dir: Path, work: Path, variants: Sequence[str] = ("int8",)) -
     hf, ct2 = work / "marian", work / "ctranslate2"
     if not (hf / "config.json").exists():
         export_marian(bundle_dir, hf, force=True)
-    if not (ct2 / "model.bin").exists():
+    if with_ctranslate2 and not (ct2 / "model.bin").exists():
+        import ctranslate2
+
         ctranslate2.converters.TransformersConverter(str(hf)).convert(str(ct2), force=True)
     vocab = json.loads((hf / "vocab.json").read_text())
     return Prepared(bundle_dir, hf, ct2, vocab)

@@ -20,11 +20,15 @@ bench/results/gpu.json.
 
     python bench/gpu.py --bundle model/bundles/en-ja
     python bench/gpu.py --sentences 200 --batch-sizes 1 32 256 --repeats 1 --no-write   # a short check
+    python bench/gpu.py --provider cpu --sentences 8 --batch-sizes 1 4 --no-write      # the CPU stands in: a dry run
+
+bench/gpu_device.sh runs it on a lent GPU machine, with the service over HTTP and ONNX Runtime's profile.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import shlex
 import shutil
@@ -36,12 +40,15 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from common import CORPUS, DOCS, ROOT, cpu_model, pairs, versions, write_section
 
 CUDA = "CUDAExecutionProvider"
+# --provider: cuda, or cpu, where the CPU stands in for the GPU (bench/gpu_device.sh --smoke)
+Device = Literal["cuda", "cpu"]
+PROVIDERS = {"cuda": CUDA, "cpu": "CPUExecutionProvider"}
 RESULTS = ROOT / "bench" / "results" / "gpu.json"
 ATTENTION_TOLERANCE = 1e-3
 TOKENS_IDENTICAL = 0.99  # share of sentences whose tokens must be the CPU's, greedy and beam 4
@@ -95,8 +102,11 @@ class Check:
         return identical and max(self.max_cross, self.max_encoder) <= ATTENTION_TOLERANCE
 
 
-def check_gpu_equals_cpu(bundle_dir: Path, sources: list[list[int]], max_length: int, batch: int = 32) -> Check:
-    """Greedy float32 on the CPU and on CUDA, attention collected; compares tokens and weights per sentence."""
+def check_gpu_equals_cpu(
+    bundle_dir: Path, sources: list[list[int]], max_length: int, batch: int = 32, provider: Device = "cuda"
+) -> Check:
+    """Greedy float32 on the CPU and on CUDA (``provider``), attention collected; compares tokens and weights per
+    sentence."""
     from engines import length_batches
 
     from service.decoding import DecodeRequest, decode
@@ -104,9 +114,9 @@ def check_gpu_equals_cpu(bundle_dir: Path, sources: list[list[int]], max_length:
     from service.runtime.runner import Runner
 
     bundle = load_bundle(bundle_dir, verify=False)
-    cpu, gpu = Runner(bundle, "cpu", 1), Runner(bundle, "cuda", 1, io_binding=True)
-    if gpu.provider != CUDA:
-        sys.exit(f"gpu: the runner chose {gpu.provider}, not {CUDA}")
+    cpu, gpu = Runner(bundle, "cpu", 1), Runner(bundle, provider, 1, io_binding=True)
+    if gpu.provider != PROVIDERS[provider]:
+        sys.exit(f"gpu: the runner chose {gpu.provider}, not {PROVIDERS[provider]}")
     check = Check(n=len(sources))
     for idx in length_batches([len(s) for s in sources], batch):
         requests = [DecodeRequest(src=sources[i], max_length=max_length, attention=True) for i in idx]
@@ -170,7 +180,7 @@ class Row:
 
 
 def load_engines(
-    prepared: Any, bundle_variants: list[str], wanted: Sequence[str]
+    prepared: Any, bundle_variants: list[str], wanted: Sequence[str], provider: Device = "cuda"
 ) -> tuple[dict[tuple[str, str], Any], list[str]]:
     """Every engine and compute type that this machine can run on CUDA; notes for the ones it cannot."""
     from engines import AttnserveEngine, CTranslate2Engine, TransformersEngine
@@ -184,7 +194,7 @@ def load_engines(
                 continue
             try:
                 engines[("attnserve", variant)] = AttnserveEngine(
-                    prepared.bundle, variant, 1, provider="cuda", io_binding=True
+                    prepared.bundle, variant, 1, provider=provider, io_binding=True
                 )
             except Exception as e:  # a variant the runner cannot drive yet is a result, not a crash
                 notes.append(f"attnserve {variant}: could not load ({type(e).__name__}: {e})")
@@ -328,10 +338,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--out", type=Path, default=DOCS, help="BENCHMARKS.md and the plot go here (default docs/)")
     ap.add_argument("--no-write", action="store_true", help="write into a new temporary directory instead of --out")
     ap.add_argument("--results", type=Path, default=RESULTS, help="the raw results as JSON (default %(default)s)")
+    ap.add_argument(
+        "--provider", choices=sorted(PROVIDERS), default="cuda", help="cpu: the CPU stands in for the GPU (a dry run)"
+    )
     return ap.parse_args(argv)
 
 
-def raw_results(check: Check, rows: list[Row], notes: list[str], n: int, max_length: int) -> dict[str, Any]:
+def raw_results(
+    check: Check, rows: list[Row], notes: list[str], n: int, max_length: int, provider: str = CUDA
+) -> dict[str, Any]:
     """Everything the run measured, for bench/results/gpu.json: the device, the provider, versions, the check and
     every (engine, compute, decoding, batch) with its times."""
     import onnxruntime as ort
@@ -340,7 +355,7 @@ def raw_results(check: Check, rows: list[Row], notes: list[str], n: int, max_len
         "device": gpu_name(),
         "host_cpu": cpu_model(),
         "providers": ort.get_available_providers(),
-        "provider": CUDA,
+        "provider": provider,
         "versions": versions("onnxruntime-gpu", "onnxruntime", "ctranslate2", "torch", "transformers"),
         "sentences": n,
         "max_length": max_length,
@@ -374,7 +389,8 @@ def raw_results(check: Check, rows: list[Row], notes: list[str], n: int, max_len
 
 def main(argv: Sequence[str] | None = None) -> int:  # long: the run's steps in order, each a call
     args = parse_args(argv)
-    require_cuda()
+    if args.provider == "cuda":
+        require_cuda()
 
     from engines import SERVICE_MAX_LENGTH, prepare
 
@@ -390,7 +406,7 @@ def main(argv: Sequence[str] | None = None) -> int:  # long: the run's steps in 
     out.mkdir(parents=True, exist_ok=True)
     work = args.work or Path(tempfile.mkdtemp(prefix="gpu-work-"))
     try:
-        check = check_gpu_equals_cpu(args.bundle, sources[: args.check_sentences], max_length)
+        check = check_gpu_equals_cpu(args.bundle, sources[: args.check_sentences], max_length, provider=args.provider)
         verdict = "PASS" if check.passed else "FAIL"
         check_text = (
             f"**{verdict}**: {check.identical}/{check.n} greedy and {check.beam_identical}/{check.n} beam-4 "
@@ -402,9 +418,9 @@ def main(argv: Sequence[str] | None = None) -> int:  # long: the run's steps in 
             check_text += " Differences: " + "; ".join(check.examples) + "."
         print(check_text, flush=True)
 
-        prepared = prepare(args.bundle, work, variants=("float16",))
+        prepared = prepare(args.bundle, work, variants=("float16",), with_ctranslate2="ctranslate2" in args.engines)
         variants = load_bundle(prepared.bundle, verify=False).variants
-        engines, notes = load_engines(prepared, variants, args.engines)
+        engines, notes = load_engines(prepared, variants, args.engines, args.provider)
         chrf = float16_chrf(engines, sources, references, max_length)
         if chrf:
             gap = chrf["float32"] - chrf["float16"]
@@ -418,11 +434,11 @@ def main(argv: Sequence[str] | None = None) -> int:  # long: the run's steps in 
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
 
-    results = raw_results(check, rows, notes, len(sources), max_length) | {"chrf": chrf}
+    results = raw_results(check, rows, notes, len(sources), max_length, PROVIDERS[args.provider]) | {"chrf": chrf}
     args.results.parent.mkdir(parents=True, exist_ok=True)
     args.results.write_text(json.dumps(results, indent=1) + "\n")
     result = table(rows, len(sources))
-    image = plot(rows, out)
+    image = plot(rows, out) if importlib.util.find_spec("matplotlib") else None  # the bench extra's
     print(f"\n{result}\n" + "".join(f"\n- {n}" for n in notes), flush=True)
     command = "python bench/gpu.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     body = (
@@ -435,7 +451,7 @@ def main(argv: Sequence[str] | None = None) -> int:  # long: the run's steps in 
         "warm-up batch per engine. attnserve's runner keeps its key/value caches on the GPU (IOBinding).\n\n"
         f"### GPU = CPU\n\n{check_text}\n\n### Throughput\n\n{result}\n\n"
         + "".join(f"- {n}\n" for n in notes)
-        + f"\n![throughput against batch size]({image.name})\n"
+        + (f"\n![throughput against batch size]({image.name})\n" if image else "")
     )
     write_section("gpu", body, out / "BENCHMARKS.md")
     print(f"wrote {out / 'BENCHMARKS.md'}")

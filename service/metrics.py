@@ -5,6 +5,7 @@ Names and labels are the contract in docs/ARCHITECTURE.md (prefix ``attnserve_``
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from functools import partial
 
@@ -35,6 +36,7 @@ REJECT_REASONS = (
     "models_busy",
 )
 PAIR_STATES = ("loaded", "loading", "unloaded")
+GPU_MEMORY_KINDS = ("used", "total")  # the order of gpu_memory.device_memory's pair
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 STEP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -44,6 +46,13 @@ LOAD_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 def _count(states: Callable[[], Mapping[str, int]], state: str) -> float:
     return states()[state]
+
+
+def _nth(read: Callable[[], tuple[int, int]], index: int) -> float:
+    try:
+        return read()[index]
+    except Exception:  # a scrape answers whatever the device says: the series reads NaN, never a 500
+        return math.nan
 
 
 class Metrics:
@@ -109,6 +118,13 @@ class Metrics:
         self.model_unloads = Counter(
             p + "model_unloads_total", "Bundles unloaded to make room under models_memory_mb.", registry=r
         )
+        self.gpu_memory = Gauge(
+            p + "gpu_memory_bytes",
+            "CUDA device memory while a bundle runs on CUDA: used (every process on the device: ONNX Runtime's "
+            "arenas, which never shrink, and the CUDA context) and total.",
+            ["kind"],
+            registry=r,
+        )
         self.packages = Gauge(
             p + "argos_packages",
             "Argos packages in ATTNSERVE_ARGOS_PACKAGES at start-up: served, or skipped (the log names each).",
@@ -136,6 +152,12 @@ class Metrics:
         """Read the pairs by state (``loaded``, ``loading``, ``unloaded``) at scrape time."""
         for state in PAIR_STATES:
             self.pairs.labels(state).set_function(partial(_count, states, state))
+
+    def track_gpu_memory(self, read: Callable[[], tuple[int, int]]) -> None:
+        """Read the CUDA device's (used, total) bytes at scrape time, from a bundle on CUDA on; NaN while ``read``
+        fails."""
+        for index, kind in enumerate(GPU_MEMORY_KINDS):
+            self.gpu_memory.labels(kind).set_function(partial(_nth, read, index))
 
     def observe_packages(self, served: list[bool]) -> None:
         """Whether each package found at start-up is served."""

@@ -64,7 +64,17 @@ class Settings(BaseSettings):
         "twice the decoding, and each hop's errors carry into the next. Empty = no pivoting.",
     )
     provider: Literal["auto", "cuda", "cpu"] = Field(
-        "auto", description="ONNX Runtime execution provider: auto = CUDA when onnxruntime-gpu sees a GPU, else CPU."
+        "auto",
+        description="ONNX Runtime execution provider: auto = CUDA when onnxruntime-gpu starts CUDA on a GPU, else "
+        "CPU; cuda = CUDA or stop at start-up with the reason.",
+    )
+    gpu_mem_limit_mb: int = Field(
+        0,
+        ge=0,
+        description="On CUDA, the bound on each ONNX Runtime session's device memory arena (the CUDA execution "
+        "provider's gpu_mem_limit; a bundle runs several sessions: encoder, decoder, the cache helpers). An arena "
+        "never shrinks, so the bound keeps one burst from holding the GPU's memory for good; a step that would "
+        "pass it fails the texts it decodes (500). 0 = no bound.",
     )
     threads: int = Field(
         1,

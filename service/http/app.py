@@ -24,6 +24,8 @@ from service.http.slow_clients import BodyDeadline
 from service.http.state import State
 from service.metrics import Metrics
 from service.runtime.bundle import Bundle
+from service.runtime.gpu_memory import device_memory
+from service.runtime.providers import CUDA
 from service.runtime.runner import trim_memory
 from service.serving import startup
 from service.serving.budget import MiB
@@ -115,6 +117,8 @@ async def load_engine(state: State, saturation: WhileSaturated | None, bundle: B
         raise
     for e in served:
         metrics.model_info.labels(bundle.name, *e.pair, e.provider).set(1)
+    if any(e.provider == CUDA for e in served):
+        metrics.track_gpu_memory(device_memory)
     return {e.pair: e for e in served}
 
 

@@ -16,20 +16,17 @@ import importlib
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
 
 from service.runtime.bundle import Bundle, GraphForm
 from service.runtime.kernels import attention_library
+from service.runtime.providers import CPU, CUDA, Provider, choose_provider, cuda_options
 from service.runtime.tensors import Cache, DeviceTensors, HostTensors, Tensors
 
 log = logging.getLogger(__name__)
-
-Provider = Literal["auto", "cuda", "cpu"]
-CUDA = "CUDAExecutionProvider"
-CPU = "CPUExecutionProvider"
 
 
 @functools.cache
@@ -101,36 +98,6 @@ def session_options(threads: int) -> ort.SessionOptions:
     return opts
 
 
-class ProviderError(RuntimeError):
-    """The requested execution provider is not available."""
-
-
-def choose_provider(requested: Provider) -> str:
-    """auto -> CUDA when onnxruntime-gpu sees a GPU, else CPU; cuda without CUDA is an error.
-
-    Raises:
-        ProviderError: ``cuda`` was requested and ONNX Runtime has no CUDA execution provider.
-    """
-    available = ort.get_available_providers()
-    if requested == "cuda" and CUDA not in available:
-        raise ProviderError(
-            f"ATTNSERVE_PROVIDER=cuda but ONNX Runtime offers only {available}: install onnxruntime-gpu "
-            "(instead of onnxruntime) on a machine with an NVIDIA GPU, or set ATTNSERVE_PROVIDER=cpu"
-        )
-    if requested in ("auto", "cuda") and CUDA in available:
-        preload_cuda()
-        return CUDA
-    return CPU
-
-
-@functools.cache
-def preload_cuda() -> None:
-    """Load CUDA and cuDNN from the nvidia-* wheels pip installed beside onnxruntime-gpu (once per process)."""
-    preload = getattr(ort, "preload_dlls", None)
-    if preload is not None:
-        preload()
-
-
 @dataclass(frozen=True)
 class EncoderOutput:
     attentions: np.ndarray | None  # (L_enc, B, h, S, S); None from a graph without attention outputs
@@ -157,6 +124,7 @@ class Runner:
         fast: float32's fast decoder (caches written in place, no attention outputs) instead of the exact one.
         encoder: another runner's encoder session of the same graph, to share (float32's exact and fast runners
             encode alike; a second session would hold the weights twice).
+        gpu_mem_limit_mb: on CUDA, the bound on each session's device memory arena (0: none).
     """
 
     def __init__(  # long: the sessions, the graphs' forms and the fast decoder's binding names, set up in order
@@ -168,6 +136,7 @@ class Runner:
         io_binding: bool | None = None,
         fast: bool = False,
         encoder: ort.InferenceSession | None = None,
+        gpu_mem_limit_mb: int = 0,
     ) -> None:
         tune_memory()
         self.bundle = bundle
@@ -175,8 +144,7 @@ class Runner:
         self.spec = bundle.spec
         self.provider = choose_provider(provider)
         opts = session_options(threads)
-        # CUDA computes float32 MatMuls in full float32, not TF32: the attention weights served are the model's own.
-        cuda = (CUDA, {"use_tf32": "0"})
+        cuda = (CUDA, cuda_options(gpu_mem_limit_mb))
         providers: list[Any] = [CPU] if self.provider == CPU else [cuda, CPU]
         # On the CPU, LayerNormalization after a plain Add beats the fused SkipLayerNormalization kernel (a decoder
         # step takes less time, float32 and int8; docs/BENCHMARKS.md).

@@ -24,7 +24,8 @@ from service.decoding import BatchDecoder, DecodeRequest, DecodeResult, Hypothes
 from service.decoding.constraint import Spelling
 from service.errors import ClientGone, NoSuchIndex, TooLarge, UnknownPair
 from service.runtime.bundle import Bundle, load_bundle
-from service.runtime.runner import CPU, Runner, trim_memory
+from service.runtime.providers import CPU
+from service.runtime.runner import Runner, trim_memory
 from service.serving.admission import check_servable
 from service.serving.budget import Budget, MiB, answer_bytes, request_bytes
 from service.serving.cache import LruCache, through_cache
@@ -87,10 +88,11 @@ class Runners:
             BundleError: the bundle has no graphs of ``settings.graph_variant``.
         """
         provider, threads, variant = settings.provider, settings.threads, settings.graph_variant
-        exact = Runner(bundle, provider, threads)
+        limit = settings.gpu_mem_limit_mb
+        exact = Runner(bundle, provider, threads, gpu_mem_limit_mb=limit)
         forced = exact if exact.has_forced else None
         if variant != "float32":
-            return cls(exact, Runner(bundle, provider, threads, variant), forced)
+            return cls(exact, Runner(bundle, provider, threads, variant, gpu_mem_limit_mb=limit), forced)
         if exact.provider == CPU:
             return cls(exact, Runner(bundle, provider, threads, fast=True, encoder=exact.encoder), forced)
         return cls(

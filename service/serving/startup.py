@@ -84,7 +84,7 @@ def check(settings: Settings) -> Checked:
             graph variant missing from a bundle, two bundles of one language pair, or a packages directory that
             cannot be listed.
     """
-    from service.runtime.runner import ProviderError, choose_provider
+    from service.runtime.providers import ProviderError, choose_provider
 
     try:
         choose_provider(settings.provider)

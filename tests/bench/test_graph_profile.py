@@ -37,3 +37,23 @@ def test_the_shipped_bundles_graphs_are_profiled(tmp_path: Path) -> None:
     assert calls["encoder"] == 3  # 12 texts, 5 at a time
     assert calls["decoder step"] >= 3
     assert "| MatMul |" in text
+
+
+def test_nodes_are_counted_by_the_provider_that_ran_them(tmp_path: Path) -> None:
+    def node(op: str, provider: str) -> dict[str, object]:
+        args = {"op_name": op, "provider": provider}
+        return {"cat": "Node", "name": f"{op}_kernel_time", "dur": 5, "args": args}
+
+    run = {"cat": "Session", "name": "model_run", "dur": 100}
+    cuda, cpu = "CUDAExecutionProvider", "CPUExecutionProvider"
+    step = [run, node("MatMul", cuda), node("MemcpyToHost", cuda), node("TopK", cpu), node("MemcpyFromHost", cuda)]
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(step + step))
+    profile = graph_profile.read_profile(path, "decoder step")
+    assert profile is not None
+    assert profile.provider_nodes == {cuda: 6, cpu: 2} and profile.cpu_op_nodes == {"TopK": 2}
+    args = graph_profile.parse_args(["--provider", "cuda"])
+    text = graph_profile.section(args, "python bench/graph_profile.py --provider cuda", [profile])
+    assert "## ONNX Runtime's time by operator, float32, CUDA" in text
+    assert "| decoder step | 2 | 100 | 20 | 4 | 1 |" in text
+    assert "decoder step, nodes on the CPU a call: TopK ×1." in text

@@ -63,10 +63,14 @@ def test_runtime_stages() -> None:
         assert "HEALTHCHECK" in stage and "/readyz" in stage, f"{name}: no HEALTHCHECK on /readyz"
         assert "--from=" + name + "-builder" in stage, f"{name}: must copy its own builder's environment"
         assert "/opt/attnserve/bundles" in stage and "ATTNSERVE_BUNDLES" in stage, f"{name}: no bundle"
-    assert "--gpu" in " ".join(all_stages["gpu-builder"]), "the GPU builder must install the --gpu requirements"
-    for name in ("cpu-builder", "gpu-builder"):  # service/runtime/_beam.c is compiled there, never in a runtime image
-        assert "gcc" in " ".join(all_stages[name]), f"{name}: no C compiler for service/runtime/_beam.c"
-    assert not any("gcc" in " ".join(all_stages[name]) for name in ("cpu", "gpu", "gpu-base")), "a compiler at runtime"
+    assert "--gpu --no-cuda" in " ".join(all_stages["gpu-builder"]), "the GPU builder installs onnxruntime-gpu"
+    assert "FROM cpu-builder AS gpu-builder" in instructions(), "the GPU builder is the CPU builder's environment"
+    assert "--cuda" in " ".join(all_stages["cuda-libraries"]), "the CUDA libraries' stage installs --cuda"
+    assert "--from=cuda-libraries" in " ".join(all_stages["gpu"]), "gpu: no CUDA libraries"
+    # service/runtime/_beam.c and _attention.c are compiled in the CPU builder, never in a runtime image.
+    assert "gcc" in " ".join(all_stages["cpu-builder"]), "cpu-builder: no C compiler for the C extensions"
+    runtime = ("cpu", "gpu", "cuda-libraries")
+    assert not any("gcc" in " ".join(all_stages[name]) for name in runtime), "a compiler at runtime"
 
 
 def requirement_names(*args: str) -> list[str]:
@@ -85,5 +89,14 @@ def test_requirements_have_exactly_one_onnxruntime_and_no_torch() -> None:
     assert len(cpu) == len(project["dependencies"])
     assert "onnxruntime" in cpu and "onnxruntime-gpu" not in cpu
     assert "onnxruntime-gpu" in gpu and "onnxruntime" not in gpu
-    assert set(cpu) - {"onnxruntime"} == set(gpu) - {"onnxruntime-gpu"}
+    cuda, without_cuda = requirement_names("--cuda"), requirement_names("--gpu", "--no-cuda")
+    assert cuda and all(name.startswith("nvidia-") for name in cuda)
+    service = set(cpu) - {"onnxruntime"}
+    assert service == set(without_cuda) - {"onnxruntime-gpu"} == set(gpu) - {"onnxruntime-gpu", *cuda}
     assert "torch" not in cpu + gpu
+
+
+def test_the_gpu_packages_are_pinned() -> None:
+    gpu = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["gpu"]
+    assert all(re.fullmatch(r"[a-z0-9-]+==[0-9.]+", requirement) for requirement in gpu), gpu
+    assert any(requirement.startswith("onnxruntime-gpu==") for requirement in gpu)

@@ -1,4 +1,5 @@
-"""The CPU image, built from the Dockerfile as it is and run as docker-compose.yml runs its api service.
+"""The CPU and GPU images, built from the Dockerfile as it is and run as docker-compose.yml runs its api service; the
+GPU image on a machine without a GPU, where ATTNSERVE_PROVIDER=auto serves on the CPU.
 
 A Docker engine is used if one answers; otherwise the test starts its own (vfs storage, no bridge, no iptables,
 its data under /var/lib/attnserve-image-test, kept between runs as a cache) and stops it at the end. Where the base
@@ -16,6 +17,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -36,6 +38,7 @@ pytestmark = [pytest.mark.image, pytest.mark.timeout(2400)]
 DEBIAN_CLI = Path("/usr/bin/docker")  # Debian's docker.io: its CLI uses BuildKit only with DOCKER_BUILDKIT=1
 BASE = "python:3.11-slim-bookworm"  # the Dockerfile's PYTHON_IMAGE
 TAG = "attnserve:image-test"
+GPU_TAG = "attnserve:image-test-gpu"
 STATE = Path("/var/lib/attnserve-image-test")
 RUN = Path("/run/attnserve-image-test")
 MIRROR = "http://deb.debian.org/debian"
@@ -232,17 +235,31 @@ def base(docker: Docker, report: dict[str, Any], tmp_path_factory: pytest.TempPa
     return BASE
 
 
-@pytest.fixture(scope="module")
-def image(docker: Docker, base: str, report: dict[str, Any]) -> str:
-    """The CPU target, built with BuildKit, the build's pip on the host's network."""
-    started = time.monotonic()
-    build = ["build", "--network", "host", "--target", "cpu", "--progress", "plain", "--tag", TAG, str(REPO)]
-    docker(*build, timeout=1800, log=ARTIFACTS / "build.log")
-    report["build_seconds"] = round(time.monotonic() - started, 1)
-    report["image_size_bytes"] = image_size(docker, TAG)
+def build(docker: Docker, target: str, tag: str, report: dict[str, Any], prefix: str = "") -> str:
+    """Build ``target`` as ``tag`` with BuildKit, the build's pip on the host's network; its time, its image's size
+    and the disk the build took (the engine's free space before and after) go to ``report`` under ``prefix``."""
+    disk = Path(docker("info", "--format", "{{.DockerRootDir}}").strip())
+    free, started = shutil.disk_usage(disk).free, time.monotonic()
+    command = ["build", "--network", "host", "--target", target, "--progress", "plain", "--tag", tag, str(REPO)]
+    docker(*command, timeout=2400, log=ARTIFACTS / f"{prefix}build.log")
+    report[f"{prefix}build_seconds"] = round(time.monotonic() - started, 1)
+    report[f"{prefix}image_size_bytes"] = image_size(docker, tag)
     if docker.own:  # the images the tag left behind, in the test's own engine only
         docker("image", "prune", "--force")
-    return TAG
+    report[f"{prefix}build_disk_bytes"] = free - shutil.disk_usage(disk).free
+    return tag
+
+
+@pytest.fixture(scope="module")
+def image(docker: Docker, base: str, report: dict[str, Any]) -> str:
+    """The CPU target."""
+    return build(docker, "cpu", TAG, report)
+
+
+@pytest.fixture(scope="module")
+def gpu_image(docker: Docker, base: str, report: dict[str, Any]) -> str:
+    """The GPU target: onnxruntime-gpu and the CUDA libraries' wheels on the same base."""
+    return build(docker, "gpu", GPU_TAG, report, "gpu_")
 
 
 def compose_flags() -> list[str]:
@@ -276,23 +293,47 @@ class Container:
         return f"the container exited with {state['ExitCode']}:\n{self.docker.run('logs', self.name).stderr[-4000:]}"
 
 
-@pytest.fixture(scope="module")
-def container(docker: Docker, image: str, report: dict[str, Any]) -> Iterator[Container]:
-    """The image running with host networking on a free port, ready (GET /readyz is 200); removed at the end."""
-    port, name = free_port(), f"attnserve-image-test-{os.getpid()}"
+@contextmanager
+def serving(
+    docker: Docker, image: str, report: dict[str, Any], prefix: str = "", env: tuple[str, ...] = ()
+) -> Iterator[Container]:
+    """``image`` running with host networking on a free port, ready (GET /readyz is 200), with ``env`` (NAME=VALUE)
+    besides compose's; the seconds from `docker run` to ready go to ``report`` under ``prefix``. Removed at the end,
+    its log kept in test-artifacts/image."""
+    port, name = free_port(), f"attnserve-image-test-{prefix}{os.getpid()}"
     started = time.monotonic()
     run = ["run", "--detach", "--name", name, "--network", "host", f"--env=ATTNSERVE_PORT={port}", *compose_flags()]
-    docker(*run, image)
+    docker(*run, *(f"--env={variable}" for variable in env), image)
     running = Container(name, f"http://127.0.0.1:{port}", started, docker)
     try:
         ready = lambda: httpx.get(f"{running.url}/readyz", timeout=2).status_code == 200  # noqa: E731
         wait_until("GET /readyz", ready, 180, running.gone)
-        report["cold_start_seconds"] = round(time.monotonic() - started, 1)  # from `docker run` to ready
+        report[f"{prefix}cold_start_seconds"] = round(time.monotonic() - started, 1)
         yield running
     finally:
         logs = docker.run("logs", name)
-        (ARTIFACTS / "container.log").write_text(logs.stdout + logs.stderr)
+        (ARTIFACTS / f"{prefix}container.log").write_text(logs.stdout + logs.stderr)
         docker.run("rm", "--force", name)
+
+
+@pytest.fixture(scope="module")
+def container(docker: Docker, image: str, report: dict[str, Any]) -> Iterator[Container]:
+    """The CPU image, as compose runs it."""
+    with serving(docker, image, report) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def gpu_container(docker: Docker, gpu_image: str, report: dict[str, Any]) -> Iterator[Container]:
+    """The GPU image on this machine, which has no GPU: ATTNSERVE_PROVIDER=auto (the image says cuda)."""
+    with serving(docker, gpu_image, report, "gpu_", ("ATTNSERVE_PROVIDER=auto",)) as running:
+        yield running
+
+
+def host_translations(texts: list[str]) -> list[str]:
+    """What this checkout's `attnserve translate` gives for ``texts`` with the shipped bundle."""
+    local = [require_tool("attnserve"), "translate", "--json", "--bundle", str(REPO / "model/bundles/en-ja")]
+    return list(json.loads(subprocess.run([*local, *texts], capture_output=True, text=True, check=True).stdout))
 
 
 def test_the_server_runs_as_user_10001(container: Container) -> None:
@@ -311,8 +352,7 @@ def test_the_healthcheck_turns_healthy(container: Container, report: dict[str, A
 
 
 def test_translate_and_attention_answer_as_on_the_host(container: Container) -> None:
-    local = [require_tool("attnserve"), "translate", "--json", "--bundle", str(REPO / "model/bundles/en-ja")]
-    expected = json.loads(subprocess.run([*local, *TEXTS], capture_output=True, text=True, check=True).stdout)
+    expected = host_translations(TEXTS)
     body = {"q": TEXTS, "source": "en", "target": "ja"}
     answer = httpx.post(f"{container.url}/translate", json=body, timeout=60)
     assert answer.status_code == 200, answer.text
@@ -380,11 +420,65 @@ def test_sigterm_answers_every_request_in_flight(container: Container, report: d
     report["drain_stop_seconds"] = round(stopped[0] - stop_sent, 1)
 
 
+def gpu_requirements() -> dict[str, str]:
+    """The GPU image's pinned packages (deploy/requirements.py --gpu): name -> version."""
+    out = subprocess.run(
+        [sys.executable, str(REPO / "deploy" / "requirements.py"), "--gpu"], capture_output=True, text=True, check=True
+    ).stdout
+    return dict(line.split("==") for line in out.splitlines() if "==" in line)
+
+
+# Run in the GPU container: the ONNX Runtime package, the pinned wheels' versions, and the libraries that
+# onnxruntime.preload_dlls() maps (each loads without a GPU; only the CUDA execution provider needs the driver).
+GPU_PACKAGES = """
+import importlib.metadata as m, json, sys, onnxruntime as o
+o.preload_dlls()
+installed = {d.metadata["Name"].lower(): d.version for d in m.distributions()}
+maps = open("/proc/self/maps").read()
+names = ("libcudart.so.13", "libcublasLt.so.13", "libcublas.so.13", "libcurand.so.10", "libcudnn.so.9")
+json.dump({"providers": o.get_available_providers(), "installed": installed,
+           "loaded": [n for n in names if "/" + n in maps]}, sys.stdout)
+"""
+
+
+def test_gpu_image_holds_onnxruntime_gpu_and_the_pinned_cuda_libraries(gpu_container: Container) -> None:
+    found = json.loads(gpu_container.docker("exec", gpu_container.name, "python", "-c", GPU_PACKAGES))
+    assert "CUDAExecutionProvider" in found["providers"]
+    assert "onnxruntime" not in found["installed"], "onnxruntime beside onnxruntime-gpu: they share a module"
+    pinned = gpu_requirements()
+    assert "onnxruntime-gpu" in pinned and any(name.startswith("nvidia-cudnn") for name in pinned)
+    assert {name: found["installed"].get(name) for name in pinned} == pinned
+    assert len(found["loaded"]) == 5, f"preload_dlls() mapped only {found['loaded']}"
+
+
+def test_gpu_image_serves_on_the_cpu_without_a_gpu(gpu_container: Container) -> None:
+    body = {"q": TEXTS, "source": "en", "target": "ja"}
+    answer = httpx.post(f"{gpu_container.url}/translate", json=body, timeout=60)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["translatedText"] == host_translations(TEXTS)
+    metrics = httpx.get(f"{gpu_container.url}/metrics", timeout=10).text
+    assert 'provider="CPUExecutionProvider"' in metrics and "attnserve_gpu_memory_bytes{" not in metrics
+    logs = gpu_container.docker.run("logs", gpu_container.name)
+    log = logs.stdout + logs.stderr
+    # Why it serves on the CPU, in its log: ONNX Runtime tried CUDA, which needs the driver's libcuda.
+    assert "CUDA execution provider unusable: a graph ran on ['CPUExecutionProvider']" in log
+    assert "libcuda.so.1" in log
+
+
+def test_gpu_image_with_provider_cuda_stops_at_start_up_without_a_gpu(gpu_container: Container) -> None:
+    # The image's own ATTNSERVE_PROVIDER=cuda, a second server in the running container: it must not listen.
+    serve = ["exec", "--env=ATTNSERVE_PROVIDER=cuda", f"--env=ATTNSERVE_PORT={free_port()}", gpu_container.name]
+    result = gpu_container.docker.run(*serve, "attnserve", "serve", timeout=120)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "ATTNSERVE_PROVIDER=cuda but ONNX Runtime cannot start CUDA" in result.stderr
+
+
 def test_size_and_start_up_time_are_reported(
     report: dict[str, Any], record_property: Callable[[str, object], None]
 ) -> None:
-    for key in ("image_size_bytes", "cold_start_seconds", "build_seconds"):
-        assert key in report, f"{key} was not measured"
-    report["image_size_mb"] = round(report["image_size_bytes"] / 1e6, 1)
+    for prefix in ("", "gpu_"):
+        for key in ("image_size_bytes", "cold_start_seconds", "build_seconds", "build_disk_bytes"):
+            assert prefix + key in report, f"{prefix + key} was not measured"
+        report[f"{prefix}image_size_mb"] = round(report[f"{prefix}image_size_bytes"] / 1e6, 1)
     for key, value in report.items():
         record_property(f"image_{key}", value)

@@ -20,7 +20,7 @@ import httpx
 import pytest
 import yaml
 
-from .conftest import dashboard_queries, require_tool
+from .conftest import CUDA_ONLY, dashboard_queries, require_tool
 
 
 def free_port() -> int:
@@ -132,8 +132,13 @@ def test_every_dashboard_query_returns_data(attnserve: str, prometheus: str, tin
         time.sleep(1)
     time.sleep(2)  # a few more scrapes, so every rate() window holds the load and what followed it
 
-    empty = [f"{title}: {expr}" for title, expr in dashboard_queries() if not query(prometheus, expr)]
+    on_cuda = [(title, expr) for title, expr in dashboard_queries() if any(name in expr for name in CUDA_ONLY)]
+    on_cpu = [(title, expr) for title, expr in dashboard_queries() if (title, expr) not in on_cuda]
+    assert {name for name in CUDA_ONLY if any(name in expr for _, expr in on_cuda)} == set(CUDA_ONLY)
+    empty = [f"{title}: {expr}" for title, expr in on_cpu if not query(prometheus, expr)]
     assert not empty, "dashboard queries without data:\n" + "\n".join(empty)
+    shown = [f"{title}: {expr}" for title, expr in on_cuda if query(prometheus, expr)]
+    assert not shown, "CUDA-only panels with data from a server on the CPU:\n" + "\n".join(shown)
 
     # The dashboard shows every metric the service exports (a histogram or counter by any of its series).
     names = httpx.get(f"{prometheus}/api/v1/label/__name__/values", timeout=10).json()["data"]

@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 
 import httpx
+import pytest
 
+from service.http import app
+from service.runtime.providers import CPU
 from tests.service.conftest import ServerFactory
 
 METRICS = [
@@ -65,3 +68,27 @@ def test_every_metric_is_nonzero_after_traffic(make_server: ServerFactory) -> No
     assert info == [
         'attnserve_model_info{name="tiny-en-ja",provider="CPUExecutionProvider",source_lang="en",target_lang="ja"} 1.0'
     ]
+
+
+def gpu_samples(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("attnserve_gpu_memory_bytes")]
+
+
+def test_gpu_memory_only_where_a_bundle_runs_on_cuda(
+    make_server: ServerFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with make_server().client() as c:
+        assert gpu_samples(c.get("/metrics").text) == []  # the CPU: no series at all
+
+    reads = iter([(3 << 30, 80 << 30), (3 << 30, 80 << 30)])
+    monkeypatch.setattr(app, "CUDA", CPU)  # the CPU engine stands in for one on CUDA
+    monkeypatch.setattr(app, "device_memory", lambda: next(reads))  # read at scrape time; then it fails
+    with make_server().client() as c:
+        assert gpu_samples(c.get("/metrics").text) == [
+            'attnserve_gpu_memory_bytes{kind="used"} 3.221225472e+09',
+            'attnserve_gpu_memory_bytes{kind="total"} 8.589934592e+10',
+        ]
+        assert gpu_samples(c.get("/metrics").text) == [
+            'attnserve_gpu_memory_bytes{kind="used"} NaN',
+            'attnserve_gpu_memory_bytes{kind="total"} NaN',
+        ]

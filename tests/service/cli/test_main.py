@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from service.cli.main import main
-from service.runtime.runner import ProviderError, choose_provider
 
 SHIPPED = Path(__file__).resolve().parents[3] / "model" / "bundles" / "en-ja"
 
@@ -47,12 +46,6 @@ def test_invalid_setting_names_the_variable(monkeypatch: pytest.MonkeyPatch, cap
     monkeypatch.setenv("ATTNSERVE_MAX_BATCH_SIZE", "zero")
     assert main(["translate", "x"]) == 2
     assert "max_batch_size" in capsys.readouterr().err
-
-
-def test_cuda_requested_without_cuda() -> None:
-    with pytest.raises(ProviderError, match="onnxruntime-gpu"):
-        choose_provider("cuda")
-    assert choose_provider("auto") == "CPUExecutionProvider"
 
 
 def test_model_commands_are_handed_over() -> None:

@@ -20,7 +20,8 @@ from service.decoding.batch import Batch
 from service.decoding.caches import Caches
 from service.decoding.in_place import DeviceInPlaceCaches
 from service.runtime.bundle import Bundle, load_bundle
-from service.runtime.runner import CPU, Runner, tune_memory
+from service.runtime.providers import CPU
+from service.runtime.runner import Runner, tune_memory
 from service.runtime.tensors import DeviceTensors, HostTensors
 
 

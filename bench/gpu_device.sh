@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# The GPU measurements in one `run` call on a lent GPU machine (about 7 minutes), everything written under $OUT:
+#
+#   run.log            every step's output, then its exit status and seconds
+#   sanity.json        bench/gpu_sanity.py: the provider the service gets, the CUDA libraries loaded, gpu_mem_limit
+#                      as a session sees it, the device's memory as /metrics reads it
+#   gpu.json           bench/gpu.py: tokens on CUDA = the CPU's (greedy and beam 4), then batch 1, 32 and 128, greedy
+#                      and beam 4, float32 and float16, against transformers on the same GPU
+#   BENCHMARKS.md      the sections of bench/gpu.py and bench/graph_profile.py; gpu-throughput.png, gpu.py's plot
+#   profile.json       bench/graph_profile.py --provider cuda: nodes (kernels) per decoding step, those on the CPU
+#   http.json          bench/gpu_http.py: the service over HTTP on the GPU (batch-1 latency, sentences/s with 32
+#                      clients, attnserve_gpu_memory_bytes)
+#
+# There (python3 with torch, transformers and CUDA 13's nvidia-* wheels, a CPU onnxruntime, no registry), after
+# bench/gpu_wheels.sh's parts were carried, one a call, back to back; its last call runs this:
+#   bash bench/gpu_device.sh
+# It unpacks the parts into /tmp/site (onnxruntime-gpu first on the path, the machine's nvidia-* wheels beside it,
+# where onnxruntime.preload_dlls() looks) and builds the two C extensions for the machine's Python.
+#
+# Here, on the CPU, the same steps end to end with tiny sizes and nothing installed (tests/bench/test_gpu_device.py):
+#   OUT=/tmp/out bash bench/gpu_device.sh --smoke [--bundle DIR] [--texts TSV]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+# bench/gpu.py's flags for the old and the new runner and the per-step breakdown (branch gpu-decode) go here.
+GPU_FLAGS=()
+
+smoke=0 bundle=model/bundles/en-ja texts=""
+while [ $# -gt 0 ]; do
+  case $1 in
+    --smoke) smoke=1 ;;
+    --bundle) bundle=$2; shift ;;
+    --texts) texts=$2; shift ;;
+    *) echo "gpu_device: unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+: "${OUT:?gpu_device: set OUT, the folder the results go to}"
+mkdir -p "$OUT"
+PYTHON=${PYTHON:-python3}
+LOG=$OUT/run.log
+failed=()
+
+# step NAME SECONDS COMMAND...: run it with a time limit, its output and then its status and time into run.log.
+step() {
+  local name=$1 limit=$2 started status
+  shift 2
+  started=$(date +%s)
+  echo "==== $name: $*" >> "$LOG"
+  timeout --kill-after=10 "$limit" bash -c '"$@"' "$name" "$@" >> "$LOG" 2>&1  # bash: a step may be a function
+  status=$?
+  echo "==== $name: exit $status after $(( $(date +%s) - started )) s" >> "$LOG"
+  echo "$name: exit $status after $(( $(date +%s) - started )) s"
+  [ "$status" -eq 0 ] || failed+=("$name")
+  return "$status"
+}
+
+# The carried parts, checked against the manifest, unpacked and installed into /tmp/site.
+install() {
+  local manifest parts sha missing=()
+  manifest=$(ls .gpu-wheels/*/manifest 2>/dev/null | tail -1)
+  [ -n "$manifest" ] || { echo "no .gpu-wheels/*/manifest: carry bench/gpu_wheels.sh's last part"; return 1; }
+  parts=$(awk '$1 == "parts" {print $2}' "$manifest")
+  sha=$(awk '$1 == "sha256" {print $2}' "$manifest")
+  for i in $(seq 1 "$parts"); do
+    [ -f "$(printf '.gpu-wheels/%02d/part' "$i")" ] || missing+=("$(printf '%02d' "$i")")
+  done
+  [ ${#missing[@]} -eq 0 ] || { echo "missing parts: ${missing[*]} (the machine went back between calls: carry them again)"; return 1; }
+  rm -rf /tmp/gpu-payload && mkdir -p /tmp/gpu-payload
+  cat .gpu-wheels/*/part > /tmp/gpu-payload.tar
+  echo "$sha  /tmp/gpu-payload.tar" | sha256sum --check --quiet || return 1
+  tar -C /tmp/gpu-payload -xf /tmp/gpu-payload.tar && rm /tmp/gpu-payload.tar
+  "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    /tmp/gpu-payload/*.whl || return 1
+  # The machine's CUDA 13 and cuDNN wheels where preload_dlls() looks for them: beside onnxruntime.
+  ln -sfn "$("$PYTHON" -c 'import nvidia; print(list(nvidia.__path__)[0])')" /tmp/site/nvidia
+  "$PYTHON" -c 'import onnxruntime as o; print(o.__file__, o.__version__, o.get_available_providers())'
+}
+
+# attnserve's C extensions for this Python, as pyproject.toml builds them, where they are missing.
+extensions() {
+  if "$PYTHON" -c 'import service.runtime._beam, service.runtime._attention' 2>/dev/null; then
+    echo "present"
+    return 0
+  fi
+  local include suffix
+  include=$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+  suffix=$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+  cc -O3 -Wno-psabi -shared -fPIC -I"$include" service/runtime/_beam.c -o "service/runtime/_beam$suffix" &&
+    cc -O3 -Wno-psabi -shared -fPIC -I"$include" -Ithird_party/onnxruntime/include service/runtime/_attention.c \
+      -lm -o "service/runtime/_attention$suffix" &&
+    "$PYTHON" -c 'import service.runtime._beam, service.runtime._attention'
+}
+
+export -f install extensions
+export PYTHON
+
+if [ "$smoke" = 1 ]; then
+  provider=cpu
+  sizes=(--sentences 8 --check-sentences 4 --batch-sizes 1 4 --max-length 12)
+  profile_sizes=(--sentences 8 --batch 4)
+  http_sizes=(--latency-requests 10 --clients 4 --seconds 3)
+else
+  provider=cuda
+  sizes=(--sentences 400 --check-sentences 200 --batch-sizes 1 32 128)
+  profile_sizes=(--sentences 200 --batch 32)
+  http_sizes=(--latency-requests 300 --clients 32 --seconds 20)
+  step install 150 install || { echo "gpu_device: nothing installed: see $LOG"; exit 1; }
+  export PYTHONPATH=/tmp/site
+  [ -n "$texts" ] || texts=/tmp/gpu-payload/test.tsv
+fi
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+texts_flag=()
+[ -z "$texts" ] || texts_flag=(--texts "$texts")
+
+work=$(mktemp -d)  # bench/gpu.py's conversions: the bundle's copy with float16 graphs, the MarianMTModel
+trap 'rm -rf "$work"' EXIT
+
+# The short steps first, bench/gpu.py (the longest) last but for the profile of the float16 copy it makes: a call
+# that runs out of time still brings back what came before.
+step extensions 60 extensions || { echo "gpu_device: no C extensions: see $LOG"; exit 1; }
+step sanity 90 "$PYTHON" bench/gpu_sanity.py --bundle "$bundle" --provider "$provider" --out "$OUT/sanity.json"
+step http 150 "$PYTHON" bench/gpu_http.py --bundle "$bundle" "${texts_flag[@]}" "${http_sizes[@]}" \
+  --provider "$provider" --results "$OUT/http.json"
+step profile-float32 90 "$PYTHON" bench/graph_profile.py --bundle "$bundle" "${texts_flag[@]}" "${profile_sizes[@]}" \
+  --provider "$provider" --variant float32 --out "$OUT" --json "$OUT/profile.json"
+step gpu 300 "$PYTHON" bench/gpu.py --bundle "$bundle" "${texts_flag[@]}" "${sizes[@]}" --beams 1 4 --repeats 1 \
+  --engines attnserve transformers --provider "$provider" --work "$work" --out "$OUT" --results "$OUT/gpu.json" \
+  "${GPU_FLAGS[@]}"
+step profile-float16 60 "$PYTHON" bench/graph_profile.py --bundle "$work/bundle" "${texts_flag[@]}" \
+  "${profile_sizes[@]}" --provider "$provider" --variant float16 --out "$OUT"
+
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "gpu_device: failed: ${failed[*]} (see $LOG)"
+  exit 1
+fi
+echo "gpu_device: every step passed; results in $OUT"

@@ -22,7 +22,7 @@ from model.export.forms import (
     fast_decoder_form,
     with_graph_forms,
 )
-from model.export.store import WEIGHTS, store_weights_once, stored_float16
+from model.export.store import WEIGHTS, add_weights, store_weights_once, stored_float16
 from model.export.weights import graph_weights, load_model, load_state_dict, weight_aliases
 from model.transformer import Transformer, TransformerConfig
 from service.runtime.bundle import FORMAT, sha256
@@ -167,35 +167,24 @@ def add_forced(bundle_dir: Path) -> int:
     manifest = json.loads((bundle_dir / "manifest.json").read_text())
     model = load_model(bundle_dir)
     log.info("forced decoder matches PyTorch within %.2g", export_forced_decoder(model, bundle_dir / FORCED))
-    size = _store_with(bundle_dir, manifest, FORCED)
+    before = (bundle_dir / WEIGHTS).stat().st_size
+    graphs = [name for name in manifest["graphs"].values() if isinstance(name, str) and name != FORCED]
+    sources = [e["from"] for e in manifest.get("derived", {}).values() if e["from"] not in graphs]
+    float16 = stored_float16(bundle_dir / manifest["graphs"]["decoder"])
+    size = store_weights_once(bundle_dir, [*graphs, *dict.fromkeys(sources), FORCED], float16=float16)
+    if size != before:
+        raise ValueError(f"{WEIGHTS} grew from {before} to {size} bytes: the forced decoder holds a weight of its own")
     check_forced_decoder(model, bundle_dir / FORCED)
     manifest["graphs"]["forced_decoder"] = FORCED
     write_manifest(bundle_dir, with_graph_forms(manifest, {FORCED: FORCED_DECODER}))
     return size
 
 
-def _store_with(bundle_dir: Path, manifest: dict[str, Any], graph: str) -> int:
-    """Write the weights file again over the manifest's float32 graphs and the derived graphs' sources, then
-    ``graph``, a graph of the bundle's weights that the manifest does not list yet: the other graphs and the weights
-    file keep their bytes. Returns the file's size.
-
-    Raises:
-        ValueError: the weights file grew (``graph`` holds a weight of its own).
-    """
-    before = (bundle_dir / WEIGHTS).stat().st_size
-    graphs = [name for name in manifest["graphs"].values() if isinstance(name, str) and name != graph]
-    sources = [e["from"] for e in manifest.get("derived", {}).values() if e["from"] not in graphs]
-    float16 = stored_float16(bundle_dir / manifest["graphs"]["decoder"])
-    size = store_weights_once(bundle_dir, [*dict.fromkeys([*graphs, *sources]), graph], float16=float16)
-    if size != before:
-        raise ValueError(f"{WEIGHTS} grew from {before} to {size} bytes: {graph} holds a weight of its own")
-    return size
-
-
 def add_device(bundle_dir: Path) -> int:
     """Add the device decoder (:class:`~model.export.graphs.DeviceDecoderGraph` with its selection tail,
     ``decoder.device.onnx``) to a bundle exported without it, from the bundle's own weights, checked against
-    PyTorch; the weights file is written again as :func:`add_forced` writes it.
+    PyTorch. Its weights are all the exact decoder's: it points at them in the weights file, and every other file
+    keeps its bytes (:func:`~model.export.store.add_weights`).
 
     Returns:
         The size of the weights file in bytes.
@@ -206,7 +195,10 @@ def add_device(bundle_dir: Path) -> int:
     manifest = json.loads((bundle_dir / "manifest.json").read_text())
     model = load_model(bundle_dir)
     log.info("device decoder matches PyTorch within %.2g", export_device_decoder(model, bundle_dir / DEVICE))
-    size = _store_with(bundle_dir, manifest, DEVICE)
+    before = (bundle_dir / WEIGHTS).stat().st_size
+    size = add_weights(bundle_dir, [DEVICE], float16=stored_float16(bundle_dir / manifest["graphs"]["decoder"]))
+    if size != before:
+        raise ValueError(f"{WEIGHTS} grew from {before} to {size} bytes: the device decoder holds a weight of its own")
     check_device_decoder(model, bundle_dir / DEVICE)
     manifest["graphs"]["device_decoder"] = DEVICE
     write_manifest(bundle_dir, with_graph_forms(manifest, {DEVICE: DEVICE_DECODER}))

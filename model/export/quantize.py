@@ -21,7 +21,7 @@ from model.export.forms import (
     fast_decoder_form,
     with_graph_forms,
 )
-from model.export.store import store_weights_once, stored_float16
+from model.export.store import add_weights, store_weights_once, stored_float16
 from model.export.weights import load_model
 from service.runtime.derive import derive_missing
 
@@ -74,7 +74,7 @@ def add_float16(bundle_dir: Path) -> None:
     float32 device decoder, the float16 device decoder (float16 caches in and out, float32 scores:
     :func:`~model.export.build.export_device_decoder`). Each is checked against PyTorch in ONNX Runtime on the CPU
     (within FLOAT16_TOLERANCE) before the manifest lists it. Their weights join the weights file, each distinct
-    tensor once (a float16-stored bundle's float16 weights are the ones it holds already).
+    tensor once (a float16-stored bundle holds them already), the other files kept as they are.
 
     Raises:
         ValueError: the float16 graphs differ from PyTorch by more than FLOAT16_TOLERANCE.
@@ -96,10 +96,7 @@ def add_float16(bundle_dir: Path) -> None:
         worst = max(worst, export_device_decoder(model, bundle_dir / DEVICE_FLOAT16, float16=True))
         forms[DEVICE_FLOAT16] = DEVICE_DECODER
     log.info("float16 graphs match PyTorch within %.2g", worst)
-    graphs = [name for name in manifest["graphs"].values() if isinstance(name, str)]
-    sources = [e["from"] for e in manifest.get("derived", {}).values() if e["from"] not in graphs]
-    float16 = stored_float16(bundle_dir / manifest["graphs"]["decoder"])
-    store_weights_once(bundle_dir, [*graphs, *dict.fromkeys(sources), *variant.values()], float16=float16)
+    add_weights(bundle_dir, list(variant.values()))
     manifest["graphs"]["float16"] = variant
     write_manifest(bundle_dir, with_graph_forms(manifest, forms))
 

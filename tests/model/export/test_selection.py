@@ -17,8 +17,9 @@ from service.runtime.runner import Candidates
 PAD = 7
 
 
-def tail(V: int, dtype: int = TensorProto.FLOAT) -> ort.InferenceSession:
-    """The selection tail alone, on a graph whose ``logits`` output is its input."""
+def tail(V: int, dtype: int = TensorProto.FLOAT, providers: tuple[str, ...] = ()) -> ort.InferenceSession:
+    """The selection tail alone, on a graph whose ``logits`` output is its input (on ``providers``, then the
+    CPU's)."""
     logits = helper.make_tensor_value_info("logits", dtype, ["batch", V])
     graph = helper.make_graph([], "tail", [logits], [logits])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -26,7 +27,7 @@ def tail(V: int, dtype: int = TensorProto.FLOAT) -> ort.InferenceSession:
     append_selection(model, V, PAD)
     onnx.checker.check_model(model, full_check=True)
     assert [o.name for o in model.graph.output] == SELECTION_OUTPUTS
-    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(model.SerializeToString(), providers=[*providers, "CPUExecutionProvider"])
 
 
 def tied_logits(V: int, seed: int) -> np.ndarray:
@@ -86,3 +87,22 @@ def test_float16_logits_are_read_in_float32() -> None:
     got = session.run(SELECTION_OUTPUTS, {"logits": logits.astype(np.float16), "candidates": np.array([4])})
     for a, b in zip(single, got, strict=True):
         np.testing.assert_array_equal(a, b)  # halves of small integers are exact in float16
+
+
+@pytest.mark.skipif(
+    "CUDAExecutionProvider" not in ort.get_available_providers(),
+    reason="no CUDA execution provider (onnxruntime-gpu on an NVIDIA GPU): python -m pytest -k cuda there",
+)
+@pytest.mark.parametrize("K", [1, 8])
+def test_cuda_selects_as_the_cpu_ties_included(K: int) -> None:
+    """CUDA's TopK and ArgMax order equal logits as the CPU's do (the lower token first): the same candidates."""
+    V = 8000
+    logits = tied_logits(V, K)
+    feed = {"logits": logits, "candidates": np.array([K])}
+    cpu = tail(V).run(SELECTION_OUTPUTS, feed)
+    cuda = tail(V, providers=("CUDAExecutionProvider",)).run(SELECTION_OUTPUTS, feed)
+    for name, a, b in zip(SELECTION_OUTPUTS, cpu, cuda, strict=True):
+        if name == "log_norm":
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+        else:
+            np.testing.assert_array_equal(a, b, err_msg=name)

@@ -13,6 +13,7 @@ from unittest.mock import patch
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 
 from service.decoding import BatchDecoder, DecodeRequest, DecodeResult, decode
@@ -141,3 +142,18 @@ def test_the_shipped_bundle_decodes_as_its_exact_graphs(beam: int) -> None:
     exact = decode(Runner(bundle, "cpu"), requests)
     for text, a, b, want in zip(TEXTS, batched, alone, exact, strict=True):
         assert a.hypotheses[0].tokens == b.hypotheses[0].tokens == want.hypotheses[0].tokens, text
+
+
+@pytest.mark.skipif(
+    "CUDAExecutionProvider" not in ort.get_available_providers(),
+    reason="no CUDA execution provider (onnxruntime-gpu on an NVIDIA GPU): python -m pytest -k cuda there",
+)
+@pytest.mark.parametrize("beam", [1, 4])
+def test_cuda_device_decoder_gives_the_cpu_tokens(beam: int) -> None:
+    """The device decoder on CUDA (what /translate runs there) against the exact graphs on the CPU."""
+    bundle = load_bundle(SHIPPED)
+    cuda = Runner(bundle, "cuda", device_decoder=True)
+    assert cuda.provider == "CUDAExecutionProvider"
+    requests = [DecodeRequest(src=bundle.tokenizer.encode_source(t), beam_size=beam, max_length=64) for t in TEXTS]
+    for text, a, b in zip(TEXTS, decode(Runner(bundle, "cpu"), requests), decode(cuda, requests), strict=True):
+        assert a.hypotheses[0].tokens == b.hypotheses[0].tokens, text

@@ -4,7 +4,7 @@
 # C extensions (service/runtime/_beam.c, beam search's per-step arithmetic; service/runtime/_attention.c, the fast decoder's attention
 # kernels for ONNX Runtime, against the headers in third_party/onnxruntime) and keep gcc, pip and the build tree out
 # of the final image; every dependency ships wheels.
-# Settings are ATTNSERVE_* environment variables (docs/DEPLOY.md); the shipped en-ja bundle is inside.
+# Settings are ATTNSERVE_* environment variables (docs/DEPLOY.md); the shipped bundles (model/bundles) are inside.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 ARG CUDA_IMAGE=nvidia/cuda:12.6.3-cudnn-runtime-ubuntu24.04
@@ -25,8 +25,8 @@ RUN apt-get update \
 COPY third_party third_party
 COPY service service
 COPY model model
-# The int8 graphs are derived from the shipped ones (service/runtime/derive.py) here: the runtime's bundle is read-only.
-RUN pip install --no-cache-dir --no-deps . && attnserve derive model/bundles/en-ja
+# The int8 graphs are derived from the shipped ones (service/runtime/derive.py) here: the runtime's bundles are read-only.
+RUN pip install --no-cache-dir --no-deps . && attnserve derive model/bundles
 
 # ---- GPU base: CUDA 12 + cuDNN 9 runtime libraries and the distribution's Python (3.12 on Ubuntu 24.04) ----
 FROM ${CUDA_IMAGE} AS gpu-base
@@ -49,8 +49,8 @@ RUN apt-get update \
 COPY third_party third_party
 COPY service service
 COPY model model
-# The int8 graphs are derived from the shipped ones (service/runtime/derive.py) here: the runtime's bundle is read-only.
-RUN pip install --no-cache-dir --no-deps . && attnserve derive model/bundles/en-ja
+# The int8 graphs are derived from the shipped ones (service/runtime/derive.py) here: the runtime's bundles are read-only.
+RUN pip install --no-cache-dir --no-deps . && attnserve derive model/bundles
 
 # ---- GPU runtime: docker build --target gpu ----
 FROM gpu-base AS gpu
@@ -62,9 +62,9 @@ LABEL org.opencontainers.image.title="attnserve (GPU)" \
 RUN groupadd --system --gid 10001 attnserve \
     && useradd --system --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin attnserve
 COPY --from=gpu-builder /opt/venv /opt/venv
-COPY --from=gpu-builder /src/model/bundles/en-ja /opt/attnserve/bundles/en-ja
+COPY --from=gpu-builder /src/model/bundles /opt/attnserve/bundles
 ENV PATH=/opt/venv/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
-    ATTNSERVE_BUNDLES='["/opt/attnserve/bundles/en-ja"]' ATTNSERVE_PROVIDER=cuda \
+    ATTNSERVE_BUNDLES=/opt/attnserve/bundles ATTNSERVE_PROVIDER=cuda \
     ATTNSERVE_HOST=0.0.0.0 ATTNSERVE_PORT=8000
 USER 10001:10001
 WORKDIR /opt/attnserve
@@ -110,9 +110,9 @@ LABEL org.opencontainers.image.title="attnserve" \
 RUN groupadd --system --gid 10001 attnserve \
     && useradd --system --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin attnserve
 COPY --from=cpu-builder /opt/venv /opt/venv
-COPY --from=cpu-builder /src/model/bundles/en-ja /opt/attnserve/bundles/en-ja
+COPY --from=cpu-builder /src/model/bundles /opt/attnserve/bundles
 ENV PATH=/opt/venv/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
-    ATTNSERVE_BUNDLES='["/opt/attnserve/bundles/en-ja"]' ATTNSERVE_PROVIDER=cpu \
+    ATTNSERVE_BUNDLES=/opt/attnserve/bundles ATTNSERVE_PROVIDER=cpu \
     ATTNSERVE_HOST=0.0.0.0 ATTNSERVE_PORT=8000
 USER 10001:10001
 WORKDIR /opt/attnserve

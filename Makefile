@@ -1,10 +1,11 @@
-# make serve: set up and serve the shipped bundle on 127.0.0.1:8000.  make test: lint + every test.
+# make serve: set up and serve the shipped bundles on 127.0.0.1:8000.  make test: lint + every test.
 # make test-service: the service's tests in a venv without torch (.venv-service).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 SVENV := .venv-service
-BUNDLE ?= model/bundles/en-ja
+# A bundle, or a directory of bundles (each one served).
+BUNDLE ?= model/bundles
 
 .PHONY: serve derive test test-service lint format clean
 
@@ -26,7 +27,7 @@ $(SVENV)/.test: pyproject.toml service/runtime/*.c service/runtime/*.h
 	$(SVENV)/bin/pip install -q -e '.[test]'
 	touch $@
 
-# The bundle's int8 graphs, derived from its shipped graphs (service/runtime/derive.py); serve would derive them on start.
+# The bundles' int8 graphs, derived from their shipped graphs (service/runtime/derive.py); serve would derive them on start.
 derive: $(VENV)/.service
 	$(BIN)/attnserve derive $(BUNDLE)
 

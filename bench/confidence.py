@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from model.calibrate import INCOMPLETE_RATIO, Scored, translate_scored
 from model.data import read_pairs
 from service.serving.confidence import copy_share
-from service.settings import DEFAULT_BUNDLE
+from service.settings import EN_JA
 
 BINS = 10  # reliability bins, equal counts
 
@@ -122,7 +122,7 @@ Reliability on test (docs/confidence.png):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--bundle", type=Path, default=DEFAULT_BUNDLE)
+    parser.add_argument("--bundle", type=Path, default=EN_JA)
     parser.add_argument("--corpus", type=Path, default=Path.home() / ".cache" / "attnserve" / "corpus" / "en-ja")
     parser.add_argument("--limit", type=int, default=None, help="first N test pairs only")
     args = parser.parse_args()

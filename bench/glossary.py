@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from service.decoding.step_runner import StepRunner
 from service.runtime.bundle import Tokenizer
 from service.serving.engine import Engine, Options
-from service.settings import DEFAULT_BUNDLE, Settings
+from service.settings import EN_JA, Settings
 from service.text.spans import find_spans
 
 TRAIN = CORPUS.with_name("train.tsv")
@@ -352,7 +352,7 @@ def pairs_of(path: Path) -> list[tuple[str, str]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--bundle", type=Path, default=DEFAULT_BUNDLE)
+    parser.add_argument("--bundle", type=Path, default=EN_JA)
     parser.add_argument("--n", type=int, default=1000, help="test lines at most")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()

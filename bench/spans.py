@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from service.decoding import DecodeRequest, decode
 from service.serving.engine import Engine
 from service.serving.translation import Options
-from service.settings import DEFAULT_BUNDLE, Settings
+from service.settings import EN_JA, Settings
 from service.text.detect import Detector
 from service.text.placement import Aggregation, copied, positions, restore
 from service.text.spans import FORMAT_KINDS, Masked, find_spans, mask
@@ -205,7 +205,7 @@ def again_share(engine: Engine, texts: list[str]) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--bundle", type=Path, default=DEFAULT_BUNDLE)
+    parser.add_argument("--bundle", type=Path, default=EN_JA)
     parser.add_argument("--n-speed", type=int, default=1000)
     args = parser.parse_args()
     engine = Engine.load(args.bundle, Settings(threads=1))

@@ -28,7 +28,7 @@ from common import CORPUS, machine, versions, write_section
 sys.path.insert(0, str(Path.cwd()))  # the checkout being measured (run from its root)
 from service.serving.engine import Engine
 from service.serving.translation import Options
-from service.settings import DEFAULT_BUNDLE, Settings
+from service.settings import EN_JA, Settings
 from service.text.spans import SPANS, find_spans, mask
 
 NUMBER = re.compile(r"(?<![A-Za-z0-9_])\d+(?:[.,]\d+)*(?![A-Za-z0-9_])")
@@ -165,7 +165,7 @@ def row(label: str, m: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--bundle", type=Path, default=DEFAULT_BUNDLE)
+    parser.add_argument("--bundle", type=Path, default=EN_JA)
     parser.add_argument("--save", type=Path, help="measure this checkout and save the figures here")
     parser.add_argument("--before", type=Path, help="the saved figures of the code before")
     args = parser.parse_args()

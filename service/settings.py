@@ -14,9 +14,11 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from service.http.keys import KeysFileError, read_keys_file
+from service.runtime.bundle import bundle_dirs
 from service.serving.packages import argos_packages_dir, default_cache_dir
 
-DEFAULT_BUNDLE = Path(__file__).resolve().parent.parent / "model" / "bundles" / "en-ja"
+MODEL_BUNDLES = Path(__file__).resolve().parent.parent / "model" / "bundles"  # every bundle the repository ships
+EN_JA = MODEL_BUNDLES / "en-ja"
 
 
 class Settings(BaseSettings):
@@ -25,8 +27,9 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ATTNSERVE_", env_file=".env", extra="ignore")
 
     bundles: Annotated[list[Path], NoDecode] = Field(
-        default_factory=lambda: [DEFAULT_BUNDLE],
-        description="Bundle directories to serve, one per language pair.",
+        default_factory=lambda: bundle_dirs([MODEL_BUNDLES]),
+        description="Bundle directories to serve, one per language pair; a directory of bundles stands for each "
+        "bundle in it, in name order. Unset: every bundle under model/bundles.",
     )
     argos_packages: Path | None = Field(
         None,
@@ -267,6 +270,11 @@ class Settings(BaseSettings):
                 return json.loads(value)
             return [v.strip() for v in value.split(",") if v.strip()]
         return value
+
+    @field_validator("bundles", mode="after")
+    @classmethod
+    def _expand_bundles(cls, value: list[Path]) -> list[Path]:
+        return bundle_dirs(value)
 
     @field_validator("argos_packages", mode="before")
     @classmethod

@@ -14,16 +14,16 @@ from service.runtime.derive import derive_missing
 def add_parser(sub: Any) -> None:
     """``attnserve derive DIR...``: derive the bundles' derived graphs now (a Docker image's build step)."""
     p = sub.add_parser("derive", help="derive a bundle's int8 graphs from its shipped ones, and verify them")
-    p.add_argument("bundles", nargs="+", type=Path, help="bundle directories")
+    p.add_argument("bundles", nargs="+", type=Path, help="bundle directories, or directories of bundles")
     p.add_argument("--force", action="store_true", help="derive them again even where they exist")
 
 
 def main(args: Any) -> int:
     """Derive (every missing derived graph, or all with ``--force``) and verify each bundle of ``args.bundles``;
     print the files derived. Returns 0, or 2 with one line on stderr naming the file that is wrong."""
-    from service.runtime.bundle import load_bundle
+    from service.runtime.bundle import bundle_dirs, load_bundle
 
-    for path in args.bundles:
+    for path in bundle_dirs(args.bundles):
         try:
             manifest = json.loads((path / "manifest.json").read_text())
             for file in derive_missing(path, manifest, force=args.force):

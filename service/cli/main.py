@@ -42,9 +42,11 @@ def build_parser() -> argparse.ArgumentParser:
     for name, text in (("translate", "translate texts locally, no server"), ("attention", "attention summary")):
         p = sub.add_parser(name, help=text)
         p.add_argument("text", nargs="+" if name == "translate" else None)
-        p.add_argument("--bundle", type=Path, default=None, help="bundle directory (default: the shipped one)")
+        p.add_argument(
+            "--bundle", type=Path, default=None, help="bundle directory (default: the first bundle serving --target)"
+        )
         p.add_argument("--beam-size", type=int, default=1)
-        p.add_argument("--target", default=None, help="a multi-target bundle's target (default: its first)")
+        p.add_argument("--target", default=None, help="target language (default: the first bundle's first)")
         if name == "attention":
             p.add_argument("--target-text", default=None, help="force-decode this translation")
         else:
@@ -121,11 +123,12 @@ def serve(settings: Settings) -> int:
 def local(args: argparse.Namespace, settings: Settings) -> int:
     from service.errors import ServiceError
     from service.runtime.bundle import BundleError
+    from service.serving.catalog import bundle_for
     from service.serving.engine import Engine
     from service.serving.translation import Filters, Options
 
     try:
-        engine = Engine.load(settings.bundles[0], settings, args.target)
+        engine = Engine.load(bundle_for(settings.bundles, target=args.target), settings, args.target)
         options = Options(beam_size=args.beam_size)
         if args.command == "translate":
             texts = [t.text for t in engine.translate_now(args.text, options)]

@@ -31,23 +31,27 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--target", required=True, help="target language, e.g. ja")
     p.add_argument("--url", default=None, help="a running attnserve (or LibreTranslate) server; default: decode here")
     p.add_argument("--api-key", default=None, help="the server's API key, with --url")
-    p.add_argument("--bundle", type=Path, default=None, help="bundle directory without --url (default: the shipped)")
+    p.add_argument(
+        "--bundle", type=Path, default=None, help="bundle directory without --url (default: one serving the pair)"
+    )
     p.add_argument("--batch-size", type=int, default=32, help="texts a batch (default 32)")
     p.add_argument("--beam-size", type=int, default=1)
     p.add_argument("--no-fuzzy", action="store_true", help="do not mark filled entries fuzzy")
 
 
 def local_batch(args: argparse.Namespace, settings: Settings) -> TranslateBatch:
-    """The engine of the settings' first bundle, loaded here, translating batch by batch.
+    """The engine of the settings' first bundle that serves ``--source`` → ``--target``, loaded here, translating
+    batch by batch.
 
     Raises:
         BundleError: the bundle cannot be loaded.
         RemoteError: it does not translate ``--source`` into ``--target``.
     """
+    from service.serving.catalog import bundle_for
     from service.serving.engine import Engine
     from service.serving.translation import Options
 
-    engine = Engine.load(settings.bundles[0], settings)
+    engine = Engine.load(bundle_for(settings.bundles, args.source, args.target), settings)
     if args.target in engine.bundle.targets:
         engine = engine.for_target(args.target)
     if engine.pair != (args.source, args.target):

@@ -261,6 +261,16 @@ class Bundle:
         return self.forms[self.graph(role, variant).name]
 
 
+def bundle_dirs(paths: list[Path]) -> list[Path]:
+    """``paths`` with each directory of bundles (no manifest.json of its own, bundles one level down) replaced by
+    its bundles in name order; any other path is kept as it is, for loading to report."""
+    found: list[Path] = []
+    for path in paths:
+        inner = [] if (path / "manifest.json").exists() or not path.is_dir() else sorted(path.glob("*/manifest.json"))
+        found.extend([m.parent for m in inner] or [path])
+    return found
+
+
 def load_bundle(path: Path, verify: bool = True) -> Bundle:
     """Read and check a bundle directory.
 

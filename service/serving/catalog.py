@@ -3,7 +3,8 @@ through a pivot language, and what a bundle weighs on disk. Nothing here loads a
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,3 +60,16 @@ def bundle_files(path: Path, manifest: Mapping[str, Any]) -> list[Path]:
 def disk_bytes(path: Path, manifest: Mapping[str, Any]) -> int:
     """The size on disk of :func:`bundle_files` (the manifest not counted)."""
     return sum(f.stat().st_size for f in bundle_files(path, manifest))
+
+
+def bundle_for(paths: Sequence[Path], source: str | None = None, target: str | None = None) -> Path:
+    """The first of ``paths`` whose manifest serves ``source`` → ``target`` (None: any language), else the first
+    path: loading it then says what is wrong. For the commands that run one engine in-process."""
+    for path in paths:
+        try:
+            served = pairs_of(json.loads((path / "manifest.json").read_text()))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if any(source in (None, s) and target in (None, t) for s, t in served):
+            return path
+    return paths[0]

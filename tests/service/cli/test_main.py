@@ -127,3 +127,13 @@ def test_translate_po_refuses_what_is_not_a_catalog(tmp_path: Path, capsys: pyte
     assert "not a gettext catalog" in capsys.readouterr().err
     assert main(["translate-po", str(tmp_path / "missing.po"), "-o", str(tmp_path / "o.po"), "--target", "ja"]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_translate_picks_the_bundle_serving_the_target(tiny_bundle: Path, tmp_path: Path) -> None:
+    from tests.service.pair_bundles import pair_bundle
+
+    for target in ("de", "ja"):
+        pair_bundle(tiny_bundle, tmp_path / "bundles", "en", target)
+    assert main(["translate", "Open file", "--bundle", str(tmp_path / "bundles"), "--target", "ja"]) == 0
+    assert main(["translate", "Open file", "--bundle", str(tmp_path / "bundles"), "--target", "de"]) == 0
+    assert main(["translate", "Open file", "--bundle", str(tmp_path / "bundles" / "tiny-en-ja"), "--target", "de"])

@@ -92,3 +92,15 @@ def test_missing_or_mangled_graph_forms_fail_naming_the_entry(
     write_manifest(bundle_copy, change)
     with pytest.raises(BundleError, match=error):
         load_bundle(bundle_copy)
+
+
+def test_a_directory_of_bundles_stands_for_each_bundle_in_name_order(tiny_bundle: Path, tmp_path: Path) -> None:
+    from service.runtime.bundle import bundle_dirs
+
+    for name in ("b-pair", "a-pair"):
+        shutil.copytree(tiny_bundle, tmp_path / "many" / name)
+    (tmp_path / "many" / "notes").mkdir()  # not a bundle: left out
+    (tmp_path / "empty").mkdir()
+    many, empty, missing = tmp_path / "many", tmp_path / "empty", tmp_path / "missing"
+    assert bundle_dirs([tiny_bundle, many]) == [tiny_bundle, many / "a-pair", many / "b-pair"]
+    assert bundle_dirs([empty, missing]) == [empty, missing], "kept as they are, for loading to name"

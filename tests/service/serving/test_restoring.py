@@ -13,7 +13,7 @@ from service.metrics import Metrics
 from service.serving.engine import Engine
 from service.serving.restoring import PATHS, recovered, worst
 from service.serving.translation import Options, Translation
-from service.settings import DEFAULT_BUNDLE, Settings
+from service.settings import EN_JA, Settings
 from service.text.verify import problems
 from tests.service.mangler import EOS, MANGLED, mangler_engine
 
@@ -82,7 +82,7 @@ MULTI_TAG = "<b>zoom</b>: scroll, <b>pan</b>: shift+drag, <b>rotate</b>: ctrl+dr
 
 @pytest.mark.parametrize("beam_size", [1, 4])
 def test_the_multi_tag_line_comes_back_whole_from_the_shipped_model(beam_size: int) -> None:
-    engine = Engine.load(DEFAULT_BUNDLE, Settings(threads=1))
+    engine = Engine.load(EN_JA, Settings(threads=1))
     (t,) = engine.translate_now([MULTI_TAG], Options(details=True, beam_size=beam_size))
     prepared = engine.text.prepare([MULTI_TAG])
     assert prepared is not None and prepared.segments[0].masked is not None
@@ -93,7 +93,7 @@ def test_the_multi_tag_line_comes_back_whole_from_the_shipped_model(beam_size: i
 
 
 def test_numbers_of_a_source_come_back_none_lost_none_added() -> None:
-    engine = Engine.load(DEFAULT_BUNDLE, Settings(threads=1))
+    engine = Engine.load(EN_JA, Settings(threads=1))
     source = "Receives 60% defense on sand and 30% in water"
     (t,) = engine.translate_now([source], Options())
     digits = "".join(c if c.isdigit() else " " for c in t.text).split()

@@ -22,7 +22,7 @@ from service.runtime.bundle import load_bundle
 from service.serving.engine import Runners
 from service.serving.restoring import PATHS
 from service.serving.startup import Checked
-from service.settings import DEFAULT_BUNDLE, Settings
+from service.settings import EN_JA, Settings
 from service.text.pipeline import TextPipeline
 from tests.service.conftest import Server, assert_loading
 from tests.service.mangler import Bundle, Mangler
@@ -255,7 +255,7 @@ NUMBERS = "Receives 60% defense on sand and 30% in water"
 
 @pytest.fixture(scope="module")
 def shipped() -> Iterator[Server]:
-    with Server(Settings(bundles=[DEFAULT_BUNDLE], max_wait_ms=20)) as s:
+    with Server(Settings(bundles=[EN_JA], max_wait_ms=20)) as s:
         yield s
 
 

@@ -41,7 +41,7 @@ def strip_eos(tokens: Sequence[int], eos: int) -> list[int]:
 
 class AttnserveEngine:
     """attnserve's runner without HTTP: ``decode(Runner(bundle, provider, threads, variant, io_binding, fast),
-    requests)``, on the graphs /translate uses (float32 on the CPU: the fast decoder)."""
+    requests)``, on the graphs /translate uses (float32 on the CPU: the fast decoder), or ``device_decoder``'s."""
 
     def __init__(
         self,
@@ -50,13 +50,15 @@ class AttnserveEngine:
         threads: int = 1,
         provider: str = "cpu",
         io_binding: bool | None = None,
+        device_decoder: bool = False,
     ) -> None:
         from service.runtime.bundle import load_bundle
         from service.runtime.runner import Runner
 
         self.bundle = load_bundle(bundle_dir, verify=False)
-        fast = variant == "float32" and provider == "cpu"  # what /translate runs (service.serving.engine.Engine)
-        self.runner = Runner(self.bundle, provider, threads, variant, io_binding, fast)  # type: ignore[arg-type]
+        fast = variant == "float32" and provider == "cpu" and not device_decoder  # /translate's on the CPU
+        self.runner = Runner(self.bundle, provider, threads, variant, io_binding, fast,  # type: ignore[arg-type]
+                             device_decoder=device_decoder)  # fmt: skip
         self.eos = self.bundle.spec.eos_id
 
     def batch(self, sources: list[list[int]], beam: int, max_length: int) -> list[list[int]]:

@@ -4,8 +4,10 @@
 #   run.log            every step's output, then its exit status and seconds
 #   sanity.json        bench/gpu_sanity.py: the provider the service gets, the CUDA libraries loaded, gpu_mem_limit
 #                      as a session sees it, the device's memory as /metrics reads it
-#   gpu.json           bench/gpu.py: tokens on CUDA = the CPU's (greedy and beam 4), then batch 1, 32 and 128, greedy
-#                      and beam 4, float32 and float16, against transformers on the same GPU
+#   gpu.json           bench/gpu.py: tokens on CUDA = the CPU's (greedy and beam 4, the exact graphs and the device
+#                      decoder), then batch 1, 32 and 128, greedy and beam 4, float32 and float16, both runners
+#                      against transformers on the same GPU; each runner's step split by where its time goes; the
+#                      device decoder with and without CUDA graphs
 #   BENCHMARKS.md      the sections of bench/gpu.py and bench/graph_profile.py; gpu-throughput.png, gpu.py's plot
 #   profile.json       bench/graph_profile.py --provider cuda: nodes (kernels) per decoding step, those on the CPU
 #   http.json          bench/gpu_http.py: the service over HTTP on the GPU (batch-1 latency, sentences/s with 32
@@ -21,9 +23,6 @@
 #   OUT=/tmp/out bash bench/gpu_device.sh --smoke [--bundle DIR] [--texts TSV]
 set -uo pipefail
 cd "$(dirname "$0")/.."
-
-# bench/gpu.py's flags for the old and the new runner and the per-step breakdown (branch gpu-decode) go here.
-GPU_FLAGS=()
 
 smoke=0 bundle=model/bundles/en-ja texts=""
 while [ $# -gt 0 ]; do
@@ -97,12 +96,12 @@ export PYTHON
 
 if [ "$smoke" = 1 ]; then
   provider=cpu
-  sizes=(--sentences 8 --check-sentences 4 --batch-sizes 1 4 --max-length 12)
+  sizes=(--sentences 8 --check-sentences 4 --batch-sizes 1 4 --max-length 12 --breakdown-batches 1 4)
   profile_sizes=(--sentences 8 --batch 4)
   http_sizes=(--latency-requests 10 --clients 4 --seconds 3)
 else
   provider=cuda
-  sizes=(--sentences 400 --check-sentences 200 --batch-sizes 1 32 128)
+  sizes=(--sentences 400 --check-sentences 200 --batch-sizes 1 32 128 --breakdown-batches 1 32 128)
   profile_sizes=(--sentences 200 --batch 32)
   http_sizes=(--latency-requests 300 --clients 32 --seconds 20)
   step install 150 install || { echo "gpu_device: nothing installed: see $LOG"; exit 1; }
@@ -124,9 +123,9 @@ step http 150 "$PYTHON" bench/gpu_http.py --bundle "$bundle" "${texts_flag[@]}" 
   --provider "$provider" --results "$OUT/http.json"
 step profile-float32 90 "$PYTHON" bench/graph_profile.py --bundle "$bundle" "${texts_flag[@]}" "${profile_sizes[@]}" \
   --provider "$provider" --variant float32 --out "$OUT" --json "$OUT/profile.json"
-step gpu 300 "$PYTHON" bench/gpu.py --bundle "$bundle" "${texts_flag[@]}" "${sizes[@]}" --beams 1 4 --repeats 1 \
+step gpu 360 "$PYTHON" bench/gpu.py --bundle "$bundle" "${texts_flag[@]}" "${sizes[@]}" --beams 1 4 --repeats 1 \
   --engines attnserve transformers --provider "$provider" --work "$work" --out "$OUT" --results "$OUT/gpu.json" \
-  "${GPU_FLAGS[@]}"
+  --runners old new --breakdown --cuda-graph
 step profile-float16 60 "$PYTHON" bench/graph_profile.py --bundle "$work/bundle" "${texts_flag[@]}" \
   "${profile_sizes[@]}" --provider "$provider" --variant float16 --out "$OUT"
 

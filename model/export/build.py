@@ -9,15 +9,32 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from model.export.check import TOLERANCE, check_fast_decoder, check_forced_decoder, compare
-from model.export.examples import example_inputs, fast_example, forced_example, step_example
-from model.export.graphs import DecoderGraph, EncoderGraph, FastDecoderGraph, FastEncoderGraph, ForcedDecoderGraph
+from model.export.check import (
+    FLOAT16_TOLERANCE,
+    TOLERANCE,
+    check_device_decoder,
+    check_fast_decoder,
+    check_forced_decoder,
+    compare,
+)
+from model.export.examples import device_example, example_inputs, fast_example, forced_example, step_example
+from model.export.graphs import (
+    DecoderGraph,
+    DeviceDecoderGraph,
+    EncoderGraph,
+    FastDecoderGraph,
+    FastEncoderGraph,
+    ForcedDecoderGraph,
+)
 from model.export.kernels import KERNELS, Kernels, attention_kernels, kernel_session
 from model.export.names import (
     ENCODER_INPUTS,
     FORCED_OUTPUTS,
     decoder_inputs,
     decoder_outputs,
+    device_decoder_axes,
+    device_decoder_inputs,
+    device_decoder_outputs,
     encoder_axes,
     encoder_outputs,
     fast_decoder_axes,
@@ -25,6 +42,7 @@ from model.export.names import (
     forced_inputs,
     step_axes,
 )
+from model.export.selection import append_selection
 from model.transformer import Transformer
 
 OPSET = 17
@@ -141,3 +159,37 @@ def export_forced_decoder(model: Transformer, path: Path, tolerance: float = TOL
         forced_axes(L),
     )
     return check_forced_decoder(model, path, tolerance)
+
+
+def export_device_decoder(model: Transformer, path: Path, float16: bool = False) -> float:
+    """Export :class:`DeviceDecoderGraph` with its selection tail (:func:`~model.export.selection.append_selection`)
+    to ``path`` and check it against PyTorch's exact step (:func:`~model.export.check.check_device_decoder`).
+    Returns the largest difference seen.
+
+    ``float16``: weights, arithmetic, caches and cache inputs and outputs in float16 (ONNX Runtime's converter), the
+    selection tail in float32; checked within FLOAT16_TOLERANCE instead of TOLERANCE.
+    """
+    import onnx
+
+    model = model.eval()
+    L = model.config.n_decoder_layers
+    feed, _ = device_example(model)
+    names = device_decoder_inputs(L, selection=False)
+    export_module(
+        DeviceDecoderGraph(model),
+        tuple(torch.from_numpy(feed[k]) for k in names),
+        path,
+        (names, device_decoder_outputs(L, selection=False)),
+        device_decoder_axes(L),
+    )
+    graph = onnx.load(str(path))
+    if float16:
+        from onnxruntime.transformers.float16 import convert_float_to_float16
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "values out of float16 range were clamped": the masks' lowest float
+            graph = convert_float_to_float16(graph, keep_io_types=False)
+    append_selection(graph, model.config.vocab_size, model.config.pad_id)
+    onnx.checker.check_model(graph)
+    onnx.save(graph, str(path))
+    return check_device_decoder(model, path, FLOAT16_TOLERANCE if float16 else TOLERANCE)

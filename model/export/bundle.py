@@ -12,10 +12,17 @@ from typing import Any
 
 import torch
 
-from model.export.build import export_fast_decoder, export_forced_decoder, export_graphs
-from model.export.check import check_forced_decoder, check_graphs
-from model.export.forms import EXACT_DECODER, EXACT_ENCODER, FORCED_DECODER, fast_decoder_form, with_graph_forms
-from model.export.store import WEIGHTS, store_weights_once, stored_float16
+from model.export.build import export_device_decoder, export_fast_decoder, export_forced_decoder, export_graphs
+from model.export.check import check_device_decoder, check_forced_decoder, check_graphs
+from model.export.forms import (
+    DEVICE_DECODER,
+    EXACT_DECODER,
+    EXACT_ENCODER,
+    FORCED_DECODER,
+    fast_decoder_form,
+    with_graph_forms,
+)
+from model.export.store import WEIGHTS, add_weights, store_weights_once, stored_float16
 from model.export.weights import graph_weights, load_model, load_state_dict, weight_aliases
 from model.transformer import Transformer, TransformerConfig
 from service.runtime.bundle import FORMAT, sha256
@@ -23,6 +30,7 @@ from service.runtime.bundle import FORMAT, sha256
 log = logging.getLogger(__name__)
 
 FORCED = "decoder.forced.onnx"
+DEVICE = "decoder.device.onnx"
 
 
 def write_manifest(bundle_dir: Path, manifest: dict[str, Any]) -> None:
@@ -100,9 +108,11 @@ def export_bundle(
         tmp.mkdir()
         export_graphs(model, tmp)
         worst_fast = export_fast_decoder(model, tmp / "decoder.fast.onnx")
-        worst_fast = max(worst_fast, export_forced_decoder(model, tmp / FORCED))
+        worst_fast = max(
+            worst_fast, export_forced_decoder(model, tmp / FORCED), export_device_decoder(model, tmp / DEVICE)
+        )
         graphs = {"encoder": "encoder.onnx", "decoder": "decoder.onnx", "fast_decoder": "decoder.fast.onnx",
-                  "forced_decoder": FORCED}  # fmt: skip
+                  "forced_decoder": FORCED, "device_decoder": DEVICE}  # fmt: skip
         tok = copy_tokenizer(tokenizer, vocab, tmp) | (tokenizer_fields or {})
         manifest = {
             "format": FORMAT,
@@ -118,6 +128,7 @@ def export_bundle(
                 "decoder.onnx": EXACT_DECODER.to_manifest(),
                 "decoder.fast.onnx": fast_decoder_form(greedy=True).to_manifest(),
                 FORCED: FORCED_DECODER.to_manifest(),
+                DEVICE: DEVICE_DECODER.to_manifest(),
             },
             "weights": {
                 "source": "float32 graph initializers named as the PyTorch state dict (model/export)",
@@ -132,7 +143,7 @@ def export_bundle(
         write_manifest(tmp, manifest)
         worst = check_graphs(model, tmp)
         check_weights_read_back(model, tmp)
-        log.info("ONNX Runtime matches PyTorch within %.2g (fast and forced decoders %.2g); weights read back "
+        log.info("ONNX Runtime matches PyTorch within %.2g (fast, forced and device decoders %.2g); weights read back "
                  "exactly", worst, worst_fast)  # fmt: skip
         if out_dir.exists():
             shutil.rmtree(out_dir)
@@ -166,6 +177,31 @@ def add_forced(bundle_dir: Path) -> int:
     check_forced_decoder(model, bundle_dir / FORCED)
     manifest["graphs"]["forced_decoder"] = FORCED
     write_manifest(bundle_dir, with_graph_forms(manifest, {FORCED: FORCED_DECODER}))
+    return size
+
+
+def add_device(bundle_dir: Path) -> int:
+    """Add the device decoder (:class:`~model.export.graphs.DeviceDecoderGraph` with its selection tail,
+    ``decoder.device.onnx``) to a bundle exported without it, from the bundle's own weights, checked against
+    PyTorch. Its weights are all the exact decoder's: it points at them in the weights file, and every other file
+    keeps its bytes (:func:`~model.export.store.add_weights`).
+
+    Returns:
+        The size of the weights file in bytes.
+
+    Raises:
+        ValueError: the device decoder differs from PyTorch, or the weights file grew (a weight it does not share).
+    """
+    manifest = json.loads((bundle_dir / "manifest.json").read_text())
+    model = load_model(bundle_dir)
+    log.info("device decoder matches PyTorch within %.2g", export_device_decoder(model, bundle_dir / DEVICE))
+    before = (bundle_dir / WEIGHTS).stat().st_size
+    size = add_weights(bundle_dir, [DEVICE], float16=stored_float16(bundle_dir / manifest["graphs"]["decoder"]))
+    if size != before:
+        raise ValueError(f"{WEIGHTS} grew from {before} to {size} bytes: the device decoder holds a weight of its own")
+    check_device_decoder(model, bundle_dir / DEVICE)
+    manifest["graphs"]["device_decoder"] = DEVICE
+    write_manifest(bundle_dir, with_graph_forms(manifest, {DEVICE: DEVICE_DECODER}))
     return size
 
 

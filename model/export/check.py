@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from model.export.examples import decoder_feed, example_inputs, fast_example, forced_example
+from model.export.examples import decoder_feed, device_example, example_inputs, fast_example, forced_example
 from model.export.graphs import DecoderGraph, EncoderGraph
 from model.export.kernels import kernel_session
 from model.export.names import (
@@ -17,12 +17,17 @@ from model.export.names import (
     FORCED_OUTPUTS,
     decoder_inputs,
     decoder_outputs,
+    device_decoder_inputs,
+    device_decoder_outputs,
     encoder_outputs,
     forced_inputs,
 )
 from model.transformer import Transformer
 
 TOLERANCE = 1e-4
+# float16 keeps 11 significant bits: attention scores of tens round by hundredths and move a softmax weight by a few
+# hundredths at most; a broken conversion is off by far more.
+FLOAT16_TOLERANCE = 0.1
 
 
 GRAPHS = ("encoder.onnx", "decoder.onnx")
@@ -146,3 +151,33 @@ def check_forced_decoder(model: Transformer, path: Path, tolerance: float = TOLE
     rows = [f"cross_attentions of row {b}" for b in range(len(lengths))]
     return compare(rows, [got[:, b, :, :n] for b, n in enumerate(lengths)],
                    [torch.from_numpy(want[:, b, :, :n]) for b, n in enumerate(lengths)], tolerance)  # fmt: skip
+
+
+def check_device_decoder(model: Transformer, path: Path, tolerance: float = TOLERANCE, candidates: int = 8) -> float:
+    """Run the device decoder at ``path`` in ONNX Runtime on the CPU (:func:`~model.export.examples.device_example`:
+    rows reordered onto their parents' caches, beams sharing sources; float inputs in the graph's own type) and
+    compare it with PyTorch's exact step on the same rows, gathered by hand: each row's ``candidates`` best logits
+    (and the logits of the tokens it names), its log normalizer, a greedy token whose logit is the largest, and
+    the present keys and values, within ``tolerance``. Returns the largest difference seen."""
+    import onnxruntime as ort
+
+    L, pad_id = model.config.n_decoder_layers, model.config.pad_id
+    feed, exact = device_example(model, seed=1)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    half = session.get_inputs()[device_decoder_inputs(L).index("past_keys.0")].type == "tensor(float16)"
+    feed = {k: v.astype(np.float16) if half and v.dtype == np.float32 else v for k, v in feed.items()}
+    outputs = device_decoder_outputs(L)
+    got = session.run(outputs, {**feed, "candidates": np.array([candidates], np.int64)})
+    with torch.no_grad():
+        logits, *presents = DecoderGraph(model)(*(torch.from_numpy(exact[k]) for k in decoder_inputs(L)))[: 1 + 2 * L]
+    scores = logits.numpy().copy()
+    scores[:, pad_id] = -np.inf
+    tokens, values, log_norm, greedy = got[:4]
+    check_greedy_tokens(greedy, scores, pad_id, tolerance)
+    best = -np.sort(-scores, axis=1)[:, :candidates]
+    return compare(
+        ["candidate_logits", "logits of the candidate tokens", "log_norm", *outputs[4:]],
+        [values, np.take_along_axis(scores, tokens, axis=1), log_norm, *(p.astype(np.float32) for p in got[4:])],
+        [torch.from_numpy(best), torch.from_numpy(values), torch.logsumexp(torch.from_numpy(scores), 1), *presents],
+        tolerance,
+    )

@@ -100,3 +100,36 @@ def forced_example(model: Transformer, seed: int = 0) -> tuple[dict[str, np.ndar
     positions = np.tile(np.arange(T), (B, 1))
     return {"input_ids": ids, "position_ids": positions, "encoder_attention_mask": step["encoder_attention_mask"],
             **cross}, lengths  # fmt: skip
+
+
+def device_example(model: Transformer, seed: int = 0) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """A device decoder feed (without ``candidates``) and the same step as a decoder.onnx feed: 5 rows on
+    step_example's 3 sources (two beams share the first, two the last), whose parents are past rows in another
+    order (one parent of two rows), with 4, 4, 2, 0 and 3 tokens generated in past caches of 4 slots (a row owns
+    its last ones; the rest are stale)."""
+    c = model.config
+    _, step = step_example(model, seed)
+    L = c.n_decoder_layers
+    rng = np.random.default_rng(seed)
+    source_rows, parent_rows = np.array([0, 0, 1, 2, 2]), np.array([1, 0, 2, 4, 4])
+    lengths = np.array([4, 4, 2, 0, 3])
+    N, (_, h, T, d_k) = len(lengths), step["past_keys.0"].shape
+    device: dict[str, np.ndarray] = {
+        "input_ids": rng.integers(2, c.vocab_size - 1, size=(N, 1)).astype(np.int64),
+        "position_ids": lengths[:, None].astype(np.int64),
+        "parent_rows": parent_rows,
+        "source_rows": source_rows,
+        "encoder_attention_mask": step["encoder_attention_mask"],
+    }
+    exact = {k: device[k] for k in ("input_ids", "position_ids")}
+    exact["encoder_attention_mask"] = step["encoder_attention_mask"][source_rows]
+    exact["self_attention_mask"] = (np.arange(T + 1)[None] >= (T - lengths)[:, None]).astype(np.int64)
+    for kind in ("cross_keys", "cross_values"):
+        for l in range(L):
+            device[f"{kind}.{l}"] = step[f"{kind}.{l}"]
+            exact[f"{kind}.{l}"] = step[f"{kind}.{l}"][source_rows]
+    for kind in ("past_keys", "past_values"):
+        for l in range(L):
+            device[f"{kind}.{l}"] = rng.standard_normal((N, h, T, d_k)).astype(np.float32)
+            exact[f"{kind}.{l}"] = device[f"{kind}.{l}"][parent_rows]
+    return device, exact

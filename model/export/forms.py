@@ -12,6 +12,8 @@ EXACT_ENCODER = GraphForm("encoder", attentions=True)  # EncoderGraph: encoder.o
 FAST_ENCODER = GraphForm("encoder", attentions=False)  # FastEncoderGraph, what encoder.int8.onnx is quantized from
 EXACT_DECODER = GraphForm("decoder", attentions=True, cache="appended")  # decoder.onnx and its float16 variant
 FORCED_DECODER = GraphForm("forced", attentions=True)  # ForcedDecoderGraph: decoder.forced.onnx
+# DeviceDecoderGraph and its selection tail: decoder.device.onnx and the float16 variant's decoder.device.float16.onnx
+DEVICE_DECODER = GraphForm("decoder", attentions=False, cache="gathered", candidates=True)
 
 
 def fast_decoder_form(*, greedy: bool) -> GraphForm:

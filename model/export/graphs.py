@@ -1,5 +1,6 @@
-"""The graph modules that export as ONNX: the exact encoder and decoder step (every attention an output), and
-the fast encoder and decoder step for /translate (fused attention, caches written in place)."""
+"""The graph modules that export as ONNX: the exact encoder and decoder step (every attention an output), the fast
+encoder and decoder step for /translate on the CPU (fused attention, caches written in place), and the device
+decoder step for /translate on CUDA (standard operators, caches reordered inside the step)."""
 
 from __future__ import annotations
 
@@ -75,6 +76,47 @@ class DecoderGraph(nn.Module):
             *(v for _, v in present),
             torch.stack(self_w)[:, :, :, 0],  # (L, B, h, T + 1)
             torch.stack(cross_w)[:, :, :, 0],  # (L, B, h, S)
+        )
+
+
+class DeviceDecoderGraph(nn.Module):
+    """decoder.device.onnx's step, before its selection tail (:mod:`~model.export.selection`): :class:`DecoderGraph`'s
+    step in standard ONNX operators only (CUDA's and the CPU's), without attention outputs, with the caches
+    reordered and shared inside it.
+
+    ``parent_rows`` (B,): row b continues the hypothesis of past row ``parent_rows[b]``, whose past keys and values
+    it gathers (a beam step's reordering). ``source_rows`` (B,): the row of the cross keys, values and
+    ``encoder_attention_mask`` that row b reads (one per source, shared by its beams). No ``self_attention_mask``:
+    row b owns the last ``position_ids[b]`` slots of the past caches (the tokens it generated) and the new one.
+    """
+
+    def __init__(self, model: Transformer) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self,
+        input_ids: Tensor,  # (B, 1)
+        position_ids: Tensor,  # (B, 1): tokens each row has generated
+        parent_rows: Tensor,  # (B,)
+        source_rows: Tensor,  # (B,)
+        encoder_attention_mask: Tensor,  # (J, S)
+        *cache: Tensor,  # L cross keys, L cross values (J, h, S, d_k); L past keys, L past values (P, h, T, d_k)
+    ) -> tuple[Tensor, ...]:
+        L = self.model.config.n_decoder_layers
+        cross_keys, cross_values, past_keys, past_values = split_cache(cache, L)
+        memory_kv = [(k.index_select(0, source_rows), v.index_select(0, source_rows))
+                     for k, v in zip(cross_keys, cross_values, strict=True)]  # fmt: skip
+        past = [(k.index_select(0, parent_rows), v.index_select(0, parent_rows))
+                for k, v in zip(past_keys, past_values, strict=True)]  # fmt: skip
+        T = past_keys[0].shape[2]
+        owned = torch.arange(T + 1)[None, :] >= T - position_ids  # (B, T + 1)
+        src_mask = padding_mask(encoder_attention_mask.index_select(0, source_rows))
+        x, present, _, _ = self.model.decode(input_ids, position_ids, memory_kv, src_mask, owned[:, None, None], past)
+        return (
+            self.model.generator(x[:, -1]),  # (B, V)
+            *(k for k, _ in present),  # L × (B, h, T + 1, d_k)
+            *(v for _, v in present),
         )
 
 

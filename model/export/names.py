@@ -89,3 +89,34 @@ def forced_axes(L: int) -> dict[str, dict[int, str]]:
         **{name: {0: B, 2: S} for name in forced_inputs(L)[3:]},
         "cross_attentions": {1: B, 3: T, 4: S},
     }
+
+
+def device_decoder_inputs(L: int, selection: bool = True) -> list[str]:
+    """decoder.device.onnx's input names for L layers, in the graph module's order (``selection``: with the
+    ``candidates`` count that the selection tail takes, :mod:`~model.export.selection`)."""
+    cache = [f"{kind}.{l}" for kind in ("cross_keys", "cross_values", "past_keys", "past_values") for l in range(L)]
+    rows = ["input_ids", "position_ids", "parent_rows", "source_rows", "encoder_attention_mask"]
+    return [*rows, *cache, *(["candidates"] if selection else [])]
+
+
+SELECTION_OUTPUTS = ["candidate_tokens", "candidate_logits", "log_norm", "tokens"]
+
+
+def device_decoder_outputs(L: int, selection: bool = True) -> list[str]:
+    """decoder.device.onnx's output names for L layers (``selection``: the selection tail's, else the step's
+    ``logits`` that it reads)."""
+    present = [f"{kind}.{l}" for kind in ("present_keys", "present_values") for l in range(L)]
+    return [*(SELECTION_OUTPUTS if selection else ["logits"]), *present]
+
+
+def device_decoder_axes(L: int) -> dict[str, dict[int, str]]:
+    """The device decoder step's dynamic axes: rows, the sources their cross caches come from, the past caches'
+    rows (gathered by ``parent_rows``) and length."""
+    B, J, S, P, T = "batch", SOURCES, "source_length", "past_rows", "past_length"
+    return {
+        **{name: {0: B} for name in ("input_ids", "position_ids", "parent_rows", "source_rows", "logits")},
+        "encoder_attention_mask": {0: J, 1: S},
+        **{f"cross_{kind}.{l}": {0: J, 2: S} for kind in ("keys", "values") for l in range(L)},
+        **{f"past_{kind}.{l}": {0: P, 2: T} for kind in ("keys", "values") for l in range(L)},
+        **{f"present_{kind}.{l}": {0: B, 2: "total_length"} for kind in ("keys", "values") for l in range(L)},
+    }

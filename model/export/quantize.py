@@ -10,24 +10,27 @@ from pathlib import Path
 import onnx
 import onnxruntime as ort
 
-from model.export.build import export_fast_decoder, export_fast_encoder
+from model.export.build import export_device_decoder, export_fast_decoder, export_fast_encoder
 from model.export.bundle import write_manifest
-from model.export.check import check_graphs
-from model.export.forms import EXACT_DECODER, EXACT_ENCODER, FAST_ENCODER, fast_decoder_form, with_graph_forms
-from model.export.store import store_weights_once, stored_float16
+from model.export.check import FLOAT16_TOLERANCE, check_graphs
+from model.export.forms import (
+    DEVICE_DECODER,
+    EXACT_DECODER,
+    EXACT_ENCODER,
+    FAST_ENCODER,
+    fast_decoder_form,
+    with_graph_forms,
+)
+from model.export.store import add_weights, store_weights_once, stored_float16
 from model.export.weights import load_model
 from service.runtime.derive import derive_missing
 
 log = logging.getLogger(__name__)
 
 
-# float16 keeps 11 significant bits: attention scores of tens round by hundredths and move a softmax weight by a few
-# hundredths at most; a broken conversion is off by far more.
-FLOAT16_TOLERANCE = 0.1
-
-
 INT8_SOURCES = {"encoder": "encoder.fast.onnx", "decoder": "decoder.fast.logits.onnx"}  # shipped; int8 derived
 INT8_HOW = {"encoder": "int8-encoder", "decoder": "int8-decoder"}  # service.runtime.derive.DERIVE
+DEVICE_FLOAT16 = "decoder.device.float16.onnx"  # the float16 variant's device decoder
 
 
 def add_int8(bundle_dir: Path) -> None:
@@ -67,8 +70,11 @@ def add_int8(bundle_dir: Path) -> None:
 def add_float16(bundle_dir: Path) -> None:
     """Add the ``float16`` variant, for GPUs: the exact graphs (attention outputs included) with float16 weights
     and arithmetic inside and float32 at their inputs and outputs (ONNX Runtime's converter with
-    ``keep_io_types``), so the runner, its caches and /attention need nothing new. Checked against PyTorch in
-    ONNX Runtime on the CPU (within FLOAT16_TOLERANCE) before the manifest lists it.
+    ``keep_io_types``), so the runner, its caches and /attention need nothing new; and, where the bundle has the
+    float32 device decoder, the float16 device decoder (float16 caches in and out, float32 scores:
+    :func:`~model.export.build.export_device_decoder`). Each is checked against PyTorch in ONNX Runtime on the CPU
+    (within FLOAT16_TOLERANCE) before the manifest lists it. Their weights join the weights file, each distinct
+    tensor once (a float16-stored bundle holds them already), the other files kept as they are.
 
     Raises:
         ValueError: the float16 graphs differ from PyTorch by more than FLOAT16_TOLERANCE.
@@ -84,9 +90,14 @@ def add_float16(bundle_dir: Path) -> None:
             warnings.simplefilter("ignore")  # "values out of float16 range were clamped": the masks' -1e9 and such
             onnx.save(convert_float_to_float16(graph, keep_io_types=True), str(bundle_dir / name))
     worst = check_graphs(model, bundle_dir, FLOAT16_TOLERANCE, (variant["encoder"], variant["decoder"]))
-    log.info("float16 graphs match PyTorch within %.2g", worst)
-    manifest["graphs"]["float16"] = variant
     forms = {variant["encoder"]: EXACT_ENCODER, variant["decoder"]: EXACT_DECODER}
+    if isinstance(manifest["graphs"].get("device_decoder"), str):
+        variant["device_decoder"] = DEVICE_FLOAT16
+        worst = max(worst, export_device_decoder(model, bundle_dir / DEVICE_FLOAT16, float16=True))
+        forms[DEVICE_FLOAT16] = DEVICE_DECODER
+    log.info("float16 graphs match PyTorch within %.2g", worst)
+    add_weights(bundle_dir, list(variant.values()))
+    manifest["graphs"]["float16"] = variant
     write_manifest(bundle_dir, with_graph_forms(manifest, forms))
 
 

@@ -69,26 +69,61 @@ def store_weights_once(bundle_dir: Path, names: list[str], float16: bool = False
     offsets: dict[bytes, int] = {}
     data = bytearray()
     for graph in graphs:
-        for tensor in graph.graph.initializer:
-            array = numpy_helper.to_array(tensor)
-            if array.nbytes < INLINE_BELOW:
-                continue
-            if float16 and array.dtype == np.float32:
-                half = _as_float16(graph, tensor, array)
-                if not np.array_equal(half.astype(np.float32), array):
-                    raise ValueError(f"{tensor.name}: float16 does not hold these weights exactly; round them first")
-                array = half
-            raw = array.tobytes()
-            key = hashlib.sha256(raw).digest()
-            if key not in offsets:
-                align = PAGE if len(raw) >= PAGE_FROM else ALIGN
-                data.extend(b"\0" * (-len(data) % align))
-                offsets[key] = len(data)
-                data.extend(raw)
-            for field in ("float_data", "int32_data", "int64_data", "double_data", "uint64_data"):
-                tensor.ClearField(field)
-            _external(tensor, offsets[key], len(raw))
+        _store(graph, data, offsets, float16)
     (bundle_dir / WEIGHTS).write_bytes(bytes(data))
     for name, graph in zip(names, graphs, strict=True):
         onnx.save(graph, str(bundle_dir / name))
     return len(data)
+
+
+def add_weights(bundle_dir: Path, names: list[str], float16: bool = False) -> int:
+    """Move the large initializers of the graphs ``names``, new to the bundle, into its WEIGHTS file as
+    :func:`store_weights_once` would, without writing the rest again: a tensor whose content the file holds
+    already (at an offset some other graph of the bundle points at) is pointed at there, the others appended.
+    Every other file keeps its bytes, and the file its first bytes.
+
+    Returns:
+        The size of WEIGHTS in bytes.
+
+    Raises:
+        ValueError: ``float16`` and a weight that float16 does not hold exactly.
+    """
+    data = bytearray((bundle_dir / WEIGHTS).read_bytes())
+    offsets: dict[bytes, int] = {}
+    for path in sorted(set(bundle_dir.glob("*.onnx")) - {bundle_dir / name for name in names}):
+        for tensor in onnx.load(str(path), load_external_data=False).graph.initializer:
+            where = {entry.key: entry.value for entry in tensor.external_data}
+            if tensor.data_location == TensorProto.EXTERNAL and where.get("location") == WEIGHTS:
+                offset, length = int(where["offset"]), int(where["length"])
+                offsets.setdefault(hashlib.sha256(data[offset : offset + length]).digest(), offset)
+    for name in names:
+        graph = onnx.load(str(bundle_dir / name))
+        _store(graph, data, offsets, float16)
+        onnx.save(graph, str(bundle_dir / name))
+    (bundle_dir / WEIGHTS).write_bytes(bytes(data))
+    return len(data)
+
+
+def _store(graph: onnx.ModelProto, data: bytearray, offsets: dict[bytes, int], float16: bool) -> None:
+    """Point ``graph``'s initializers of INLINE_BELOW bytes or more (float16 behind casts, with ``float16``) into
+    ``data``, the WEIGHTS file being written: at the offset of the same content (``offsets``, content hash ->
+    offset), or appended and added to ``offsets``."""
+    for tensor in graph.graph.initializer:
+        array = numpy_helper.to_array(tensor)
+        if array.nbytes < INLINE_BELOW:
+            continue
+        if float16 and array.dtype == np.float32:
+            half = _as_float16(graph, tensor, array)
+            if not np.array_equal(half.astype(np.float32), array):
+                raise ValueError(f"{tensor.name}: float16 does not hold these weights exactly; round them first")
+            array = half
+        raw = array.tobytes()
+        key = hashlib.sha256(raw).digest()
+        if key not in offsets:
+            align = PAGE if len(raw) >= PAGE_FROM else ALIGN
+            data.extend(b"\0" * (-len(data) % align))
+            offsets[key] = len(data)
+            data.extend(raw)
+        for field in ("float_data", "int32_data", "int64_data", "double_data", "uint64_data"):
+            tensor.ClearField(field)
+        _external(tensor, offsets[key], len(raw))

@@ -42,13 +42,14 @@ class AppendedCaches(Caches):
             ids[run], positions[run], self.encoder_mask[run], self_mask[run], cross_keys, cross_values, past_keys,
             past_values,
         )  # fmt: skip
-        attention = [None if a is None else self._spread(a, run, len(rows), 1) for a in
-                     (out.self_attentions, out.cross_attentions)]  # fmt: skip
+        self_attention, cross_attention = (None if a is None else self._spread(a, run, len(rows), 1) for a in
+                                           (out.self_attentions, out.cross_attentions))  # fmt: skip
         return StepOutput(
             self._spread(out.logits, run, len(rows)),  # an empty row is no hypothesis: its logits are never ranked
             [self._spread(k, run, len(rows)) for k in out.present_keys],
             [self._spread(v, run, len(rows)) for v in out.present_values],
-            *attention,
+            self_attention,
+            cross_attention,
         )
 
     def _spread(self, x: np.ndarray | Cache, run: np.ndarray, N: int, axis: int = 0) -> np.ndarray | Cache:

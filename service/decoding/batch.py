@@ -13,7 +13,7 @@ from service.decoding.constraint import OUTSIDE
 from service.decoding.encoding import Encoded
 from service.decoding.request import DecodeResult
 from service.decoding.rows import Job, Plan, Rows
-from service.decoding.search import Scores, beam_choose, force, greedy
+from service.decoding.search import CandidateScores, Scores, beam_choose, force, greedy
 from service.decoding.step_runner import StepRunner
 from service.runtime.bundle import ModelSpec
 from service.runtime.runner import StepOutput
@@ -169,11 +169,7 @@ class Batch:
         out = caches.run(self.runner, rows, plan.greedy)
         seconds = time.perf_counter() - t0
         caches.store(out)
-        logits = out.logits.astype(np.float32, copy=False)  # float16 graphs would give float16
-        logits[:, self.spec.pad_id] = -np.inf  # never emit padding
-        self._constrain(logits)
-        scores = Scores(logits, rows.scored) if plan.scored else None
-        token = greedy(plan, logits, out.tokens)
+        scores, token = self._choose(out)
         force(token, plan, rows, self.jobs, rows.prefixed())
         done: list[int] = []  # request numbers finished in this step
         finals: list[tuple[int, int]] = []  # (request number, new row) hypotheses that finish at max_length
@@ -191,16 +187,32 @@ class Batch:
             self.jobs[number].finished.append(rows.hypothesis(r))
         return (self._finish(done) if done else []), seconds
 
+    def _choose(self, out: StepOutput) -> tuple[Scores | CandidateScores | None, np.ndarray]:
+        """The step's log-probabilities (when a row needs them) and each row's greedy next token: from every row's
+        logits, or from a device decoder's candidates and greedy tokens."""
+        plan = self.plan
+        if out.candidates is not None:
+            assert out.tokens is not None
+            assert not (plan.forced or len(plan.constrained)), "forced and constrained rows read every logit"
+            return CandidateScores(out.candidates, out.tokens), out.tokens.copy()
+        logits = out.logits.astype(np.float32, copy=False)  # float16 graphs would give float16
+        logits[:, self.spec.pad_id] = -np.inf  # never emit padding
+        self._constrain(logits)
+        scores = Scores(logits, self.rows.scored) if plan.scored else None
+        return scores, greedy(plan, logits, out.tokens)
+
     def _extend(
-        self, ix: np.ndarray, parents: np.ndarray, chosen: np.ndarray, slots: int, scores: Scores | None,
-        out: StepOutput,
+        self, ix: np.ndarray, parents: np.ndarray, chosen: np.ndarray, slots: int,
+        scores: Scores | CandidateScores | None, out: StepOutput,
     ) -> None:  # fmt: skip
         """Rows ``ix`` take their tokens ``chosen`` (the logits rows they come from: ``parents``)."""
         rows, n = self.rows, self.rows.length[ix]
         rows.reserve(slots)  # a row generates one token a cache slot it owns
         rows.tokens[ix, n] = rows.last[ix] = chosen
         if scores is not None:  # (an unscored row's token scores are NaN, filled in by Rows.hypothesis)
-            logp = np.where(n < rows.prefix[ix], np.float32(0), scores.logp(parents, chosen))  # a prefix' scores 0
+            logp = np.zeros(len(ix), np.float32)  # a prefix' tokens score 0
+            searched = n >= rows.prefix[ix]
+            logp[searched] = scores.logp(parents[searched], chosen[searched])
             rows.token_scores[ix, n] = logp
             rows.score[ix] += logp
         rows.length[ix] += 1
@@ -229,7 +241,12 @@ class Batch:
                     rows.state[r], rows.done[r] = step
 
     def _beams(
-        self, scores: Scores, out: StepOutput, token: np.ndarray, done: list[int], finals: list[tuple[int, int]]
+        self,
+        scores: Scores | CandidateScores,
+        out: StepOutput,
+        token: np.ndarray,
+        done: list[int],
+        finals: list[tuple[int, int]],
     ) -> tuple[np.ndarray, np.ndarray]:
         """Beam search for every beam width; the beam rows that continue another row's hypothesis take its cache.
         Returns the rows that hold a continued hypothesis (the greedy and forced ones too) and their parents."""
@@ -250,7 +267,7 @@ class Batch:
     def _beam(
         self,
         k: int,
-        scores: Scores,
+        scores: Scores | CandidateScores,
         out: StepOutput,
         parent: np.ndarray,
         token: np.ndarray,

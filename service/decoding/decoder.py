@@ -14,6 +14,7 @@ from service.decoding.appended import AppendedCaches
 from service.decoding.batch import Batch
 from service.decoding.caches import CacheLayout
 from service.decoding.encoding import Encoded, HostEncoded, encode
+from service.decoding.gathered import GatheredCaches
 from service.decoding.in_place import DeviceInPlaceCaches, HostInPlaceCaches
 from service.decoding.request import DecodeRequest, DecodeResult
 from service.decoding.step_runner import StepRunner
@@ -27,6 +28,8 @@ def layout_of(runner: StepRunner) -> tuple[CacheLayout, type[Encoded]]:
     form, tensors, spec = runner.form, runner.tensors, runner.spec
     host = isinstance(tensors, HostTensors)
     encoded = HostEncoded if host else Encoded
+    if form.cache == "gathered":
+        return GatheredCaches(tensors, spec), encoded
     if form.cache != "in_place":
         return AppendedCaches(tensors, spec), encoded
     if host:

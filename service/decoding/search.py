@@ -1,6 +1,7 @@
 """Search: each row's next token. Greedy (one argmax for every greedy row), forced (the given target's next
 token), and beam search, whose rows of every request are ranked together (:func:`beam_top`) on one step's
-log-probabilities (:class:`Scores`) and placed so that few caches move (:func:`beam_places`)."""
+log-probabilities (:class:`Scores` from every logit, or :class:`CandidateScores` from each row's best tokens) and
+placed so that few caches move (:func:`beam_places`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import numpy as np
 
 from service.decoding.rows import Job, Plan, Rows
 from service.runtime import _beam
+from service.runtime.runner import Candidates
 
 
 class Scores:
@@ -33,29 +35,72 @@ class Scores:
         logp: np.ndarray = self.logits[rows, tokens] - self.log_norm[rows]
         return logp
 
+    def top(self, rows: np.ndarray, hyp_scores: np.ndarray, n: int) -> tuple[np.ndarray, ...]:
+        """:func:`beam_top`, exact in two passes (service/runtime/_beam.c): the n-th best block value (hypothesis
+        score + a block's largest log-probability) is a cut that at least n continuations reach, and every
+        continuation above it lies in a block above it; only those blocks' tokens are ranked."""
+        J = len(rows)
+        j, r, t = (np.empty(J * n, np.int64) for _ in range(3))
+        value = np.empty(J * n)
+        count = _beam.top(
+            self.logits, self.log_norm, self.block_max, np.ascontiguousarray(rows, np.int64),
+            np.ascontiguousarray(hyp_scores, np.float64), n, j, r, t, value,
+        )  # fmt: skip
+        return j[:count], r[:count], t[:count], value[:count]
 
-def beam_top(scores: Scores, rows: np.ndarray, hyp_scores: np.ndarray, n: int) -> tuple[np.ndarray, ...]:
+
+class CandidateScores:
+    """One step's log-probabilities from a device decoder's candidates (:class:`~service.runtime.runner.Candidates`):
+    each row's K best tokens and their logits, its log-normalizer and its greedy token, log p(v | row) = logit(v) -
+    log_norm[row] as :class:`Scores` forms it. Beam search of width k asks for K = 2k: a request's 2k best
+    continuations are among its rows' 2k best tokens each (a row's continuations rank by its tokens' logits, ties by
+    token in both), so :meth:`top` ranks what :class:`Scores` ranks."""
+
+    def __init__(self, candidates: Candidates, greedy: np.ndarray) -> None:
+        self.tokens, self.logits, self.log_norm = candidates.tokens, candidates.logits, candidates.log_norm
+        self.greedy = greedy  # (N,) each row's greedy token: its logit is the row's largest, the first candidate's
+
+    def logp(self, rows: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        """log p(tokens | rows), float32 as the logits, of tokens among their rows' candidates or their greedy
+        tokens."""
+        hit = self.tokens[rows] == tokens[:, None]  # (n, K)
+        found = hit.any(axis=1)
+        assert (found | (tokens == self.greedy[rows])).all(), "a token neither a candidate nor the greedy one"
+        logits = np.where(found, self.logits[rows, hit.argmax(axis=1)], self.logits[rows, 0])
+        logp: np.ndarray = logits - self.log_norm[rows]
+        return logp
+
+    def top(self, rows: np.ndarray, hyp_scores: np.ndarray, n: int) -> tuple[np.ndarray, ...]:
+        """:func:`beam_top` over the rows' candidates: the values _beam.c forms (hypothesis score minus the
+        log-normalizer, plus the logit, in float64), ranked by value, then row, then token."""
+        J, k = rows.shape
+        K = self.tokens.shape[1]
+        base = np.asarray(hyp_scores, np.float64) - self.log_norm[rows].astype(np.float64)  # (J, k)
+        value = (base[:, :, None] + self.logits[rows].astype(np.float64)).ravel()  # (J k K,)
+        j = np.repeat(np.arange(J), k * K)
+        r = np.repeat(np.asarray(rows, np.int64).ravel(), K)
+        t = self.tokens[rows].ravel()
+        order = np.lexsort((t, r, -value, j))
+        order = order[np.isfinite(value[order])]  # no row without a hypothesis, no padding
+        j_sorted = j[order]
+        order = order[np.arange(len(order)) - np.searchsorted(j_sorted, j_sorted) < n]
+        return j[order], r[order], t[order], value[order]
+
+
+def beam_top(
+    scores: Scores | CandidateScores, rows: np.ndarray, hyp_scores: np.ndarray, n: int
+) -> tuple[np.ndarray, ...]:
     """The n best continuations of each of J requests with k rows each, ranked together.
 
     Args:
+        scores: the step's (every logit, or each row's candidates).
         rows: (J, k) batch rows of each request.
         hyp_scores: (J, k) the rows' hypothesis log-probabilities; -inf for a row not alive yet.
     Returns:
         (request, row, token, value) arrays, request by request, best first (ties by row then token), at most n
         a request and only finite values; value = hypothesis score + log p(token | row).
-
-    Exact in two passes (service/runtime/_beam.c): the n-th best block value (hypothesis score + a block's largest
-    log-probability) is a cut that at least n continuations reach, and every continuation above it lies in a block
-    above it; only those blocks' tokens are ranked.
     """
-    J = len(rows)
-    j, r, t = (np.empty(J * n, np.int64) for _ in range(3))
-    value = np.empty(J * n)
-    count = _beam.top(
-        scores.logits, scores.log_norm, scores.block_max, np.ascontiguousarray(rows, np.int64),
-        np.ascontiguousarray(hyp_scores, np.float64), n, j, r, t, value,
-    )  # fmt: skip
-    return j[:count], r[:count], t[:count], value[:count]
+    return scores.top(rows, hyp_scores, n)
 
 
 def beam_places(rows: np.ndarray, j: np.ndarray, parent: np.ndarray) -> np.ndarray:
@@ -118,7 +163,7 @@ class BeamChoice:
     place: np.ndarray  # the row each child takes (beam_places)
 
 
-def beam_choose(rows: Rows, k: int, scores: Scores, eos: int, token: np.ndarray) -> BeamChoice:
+def beam_choose(rows: Rows, k: int, scores: Scores | CandidateScores, eos: int, token: np.ndarray) -> BeamChoice:
     """Rank the best 2k continuations of the live hypotheses of every request with k rows (:func:`beam_top`).
 
     A request still in its prefix gets one child, its live row continued by the prefix' next id (``token`` of that

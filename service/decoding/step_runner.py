@@ -43,3 +43,20 @@ class StepRunner(Protocol):
     ) -> StepOutput:
         """One decoding step for B rows (``tokens``: greedy tokens instead of logits, greedy_tokens graphs only)."""
         ...
+
+    def step_candidates(
+        self,
+        input_ids: np.ndarray,
+        position_ids: np.ndarray,
+        parent_rows: np.ndarray,
+        source_rows: np.ndarray,
+        encoder_attention_mask: np.ndarray,
+        cross_keys: list[Cache],
+        cross_values: list[Cache],
+        past_keys: list[Cache],
+        past_values: list[Cache],
+        candidates: int,
+    ) -> StepOutput:
+        """One device decoder step (``form.candidates``): rows on their parents' past caches and their sources'
+        cross caches, each giving its ``candidates`` best tokens and its greedy token."""
+        ...

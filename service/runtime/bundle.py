@@ -52,17 +52,23 @@ class GraphForm:
             ``cross_attentions``; ``attentions`` is always true).
         attentions: it outputs attention weights (``encoder_attentions``; ``self_attentions``/``cross_attentions``).
         cache: a decoder's key/value caches: ``appended`` (past caches in, presents one slot longer out, with a
-            ``self_attention_mask``) or ``in_place`` (buffers written in place, no mask); ``None`` for an encoder.
+            ``self_attention_mask``), ``in_place`` (buffers written in place, no mask) or ``gathered`` (past caches
+            gathered by ``parent_rows`` inside the step, then appended, no mask; cross caches one per source, read
+            through ``source_rows``); ``None`` for an encoder.
         grouped_cross: a decoder's cross keys/values may serve G consecutive rows each (their first axis is named
             apart from the rows').
         greedy_tokens: a decoder takes ``logit_rows``/``token_rows`` and outputs greedy ``tokens``.
+        candidates: a decoder takes ``candidates`` (K) and outputs each row's K best tokens and their logits, its
+            log normalizer and its greedy token instead of logits; only with ``gathered`` caches. Optional in the
+            manifest (absent: false).
     """
 
     role: Literal["encoder", "decoder", "forced"]
     attentions: bool
-    cache: Literal["appended", "in_place"] | None = None
+    cache: Literal["appended", "in_place", "gathered"] | None = None
     grouped_cross: bool = False
     greedy_tokens: bool = False
+    candidates: bool = False
 
     @classmethod
     def from_manifest(cls, where: str, entry: Any) -> GraphForm:
@@ -77,22 +83,30 @@ class GraphForm:
         if role not in ("encoder", "decoder", "forced"):
             raise BundleError(f"{where}: role {role!r}, expected 'encoder', 'decoder' or 'forced'")
         keys = {"role", "attentions", *(("cache", "grouped_cross", "greedy_tokens") if role == "decoder" else ())}
-        if set(entry) != keys:
-            raise BundleError(f"{where}: keys {sorted(entry)}, expected {sorted(keys)}")
-        flags = [k for k in ("attentions", "grouped_cross", "greedy_tokens") if k in keys]
+        optional = {"candidates"} if role == "decoder" else set()
+        if not keys <= set(entry) <= keys | optional:
+            raise BundleError(
+                f"{where}: keys {sorted(entry)}, expected {sorted(keys)} (and optionally {sorted(optional)})"
+            )
+        flags = [k for k in ("attentions", "grouped_cross", "greedy_tokens", "candidates") if k in entry]
         if bad := [k for k in flags if not isinstance(entry[k], bool)]:
             raise BundleError(f"{where}: {bad[0]} {entry[bad[0]]!r}, expected true or false")
-        if "cache" in keys and entry["cache"] not in ("appended", "in_place"):
-            raise BundleError(f"{where}: cache {entry['cache']!r}, expected 'appended' or 'in_place'")
+        if "cache" in keys and entry["cache"] not in ("appended", "in_place", "gathered"):
+            raise BundleError(f"{where}: cache {entry['cache']!r}, expected 'appended', 'in_place' or 'gathered'")
         if role == "forced" and entry["attentions"] is not True:
             raise BundleError(f"{where}: a forced decoder gives cross-attention: attentions must be true")
+        if role == "decoder" and (entry["cache"] == "gathered") != entry.get("candidates", False):
+            raise BundleError(f"{where}: candidates are given by a decoder of gathered caches, and only by one")
         return cls(**entry)
 
     def to_manifest(self) -> dict[str, Any]:
-        """The ``graph_forms`` entry :meth:`from_manifest` reads back (an encoder's has no cache keys)."""
+        """The ``graph_forms`` entry :meth:`from_manifest` reads back (an encoder's has no cache keys; ``candidates``
+        only when true, so that the other decoders' entries read as before it existed)."""
         entry: dict[str, Any] = {"role": self.role, "attentions": self.attentions}
         if self.role == "decoder":
             entry |= {"cache": self.cache, "grouped_cross": self.grouped_cross, "greedy_tokens": self.greedy_tokens}
+        if self.candidates:
+            entry["candidates"] = True
         return entry
 
 
@@ -214,13 +228,17 @@ class Bundle:
         """Graph variants besides float32 (e.g. ``int8``), as the manifest lists them."""
         return ["float32", *(k for k, v in self.manifest["graphs"].items() if isinstance(v, dict))]
 
-    def has_graph(self, role: str) -> bool:
-        """Whether float32 has a graph of ``role`` (``forced_decoder``: bundles exported before it have none)."""
-        return isinstance(self.manifest["graphs"].get(role), str)
+    def has_graph(self, role: str, variant: str = "float32") -> bool:
+        """Whether a variant has a graph of ``role`` (``forced_decoder``, ``device_decoder``: bundles exported before
+        them have none)."""
+        graphs = self.manifest["graphs"]
+        if variant != "float32":
+            graphs = graphs.get(variant, {})
+        return isinstance(graphs.get(role), str)
 
     def graph(self, role: str, variant: str = "float32") -> Path:
         """The file of the ``encoder`` or ``decoder`` graph of a variant (float32 also has a ``fast_decoder`` and
-        a ``forced_decoder``).
+        a ``forced_decoder``; float32 and float16 may have a ``device_decoder``: :meth:`has_graph`).
 
         Raises:
             BundleError: the bundle has no such variant.

@@ -28,6 +28,8 @@ from service.runtime.tensors import Cache, DeviceTensors, HostTensors, Tensors
 
 log = logging.getLogger(__name__)
 
+SELECTION = ("candidate_tokens", "candidate_logits", "log_norm", "tokens")  # the device decoder's host outputs
+
 
 @functools.cache
 def tune_memory() -> bool:
@@ -106,13 +108,24 @@ class EncoderOutput:
 
 
 @dataclass(frozen=True)
+class Candidates:
+    """A device decoder step's selection (model/export/selection.py): each row's K best tokens instead of its
+    logits."""
+
+    tokens: np.ndarray  # (B, K) int64: best first, the lower token first among equal logits; never padding
+    logits: np.ndarray  # (B, K) float32: their logits
+    log_norm: np.ndarray  # (B,) float32: log sum exp of the row's logits (log p = logit - log_norm)
+
+
+@dataclass(frozen=True)
 class StepOutput:
-    logits: np.ndarray  # (B, V); (0, V) when the step was asked for tokens
+    logits: np.ndarray  # (B, V); (0, V) when the step was asked for tokens, or gave candidates
     present_keys: list[Cache]  # per decoder layer (B, h, T + 1, d_k)
     present_values: list[Cache]
     self_attentions: np.ndarray | None  # (L_dec, B, h, T + 1); None from a graph without attention outputs
     cross_attentions: np.ndarray | None  # (L_dec, B, h, S)
-    tokens: np.ndarray | None = None  # (B,) greedy tokens, when asked for instead of logits
+    tokens: np.ndarray | None = None  # (B,) greedy tokens, when asked for instead of logits (or with candidates)
+    candidates: Candidates | None = None  # from a device decoder (Runner.step_candidates)
 
 
 class Runner:
@@ -125,6 +138,9 @@ class Runner:
         encoder: another runner's encoder session of the same graph, to share (float32's exact and fast runners
             encode alike; a second session would hold the weights twice).
         gpu_mem_limit_mb: on CUDA, the bound on each session's device memory arena (0: none).
+        device_decoder: the variant's device decoder (standard operators: caches reordered inside the step, each
+            row's candidates instead of logits, :meth:`step_candidates`) instead of the exact one; its caches are
+            always device values (IOBinding), on the CPU too (how the tests and bench/gpu.py run it there).
     """
 
     def __init__(  # long: the sessions, the graphs' forms and the fast decoder's binding names, set up in order
@@ -137,6 +153,7 @@ class Runner:
         fast: bool = False,
         encoder: ort.InferenceSession | None = None,
         gpu_mem_limit_mb: int = 0,
+        device_decoder: bool = False,
     ) -> None:
         tune_memory()
         self.bundle = bundle
@@ -155,22 +172,29 @@ class Runner:
             return ort.InferenceSession(path, opts, providers=providers, disabled_optimizers=disabled)
 
         self.encoder = encoder or session("encoder")
-        self.decoder = session("fast_decoder" if fast else "decoder")
+        role = "device_decoder" if device_decoder else "fast_decoder" if fast else "decoder"
+        self.decoder = session(role)
         # The exact runner's forced decoder: cross-attention of finished hypotheses in one call (cross_attention).
         forced = not fast and variant == "float32" and bundle.has_graph("forced_decoder")
         self.forced = session("forced_decoder") if forced else None
         self._forced_inputs = [i.name for i in self.forced.get_inputs()] if self.forced is not None else []
-        self.io_binding = self.provider == CUDA if io_binding is None else io_binding
+        self.io_binding = device_decoder or (self.provider == CUDA if io_binding is None else io_binding)
         self.device = "cuda" if self.provider == CUDA else "cpu"
-        self.tensors: Tensors = DeviceTensors(providers, self.device, opts) if self.io_binding else HostTensors()
+        self.form: GraphForm = bundle.form(role, variant)
+        # A float16 device decoder's caches are float16 (its cache inputs say so); every other decoder's float32.
+        types = {i.name: i.type for i in self.decoder.get_inputs()}
+        dtype = np.float16 if self.form.candidates and types["cross_keys.0"] == "tensor(float16)" else np.float32
+        self._device_tensors = DeviceTensors(providers, self.device, opts, dtype) if self.io_binding else None
+        self.tensors: Tensors = self._device_tensors or HostTensors()
         L = self.spec.n_decoder_layers
-        self._encoder_outputs = [o.name for o in self.encoder.get_outputs()]
-        self._decoder_outputs = [o.name for o in self.decoder.get_outputs()]
         self.encoder_form = bundle.form("encoder", variant)
-        self.form: GraphForm = bundle.form("fast_decoder" if fast else "decoder", variant)
-        # The int8 variant's fast encoder and decoder give no attention weights: its requests that want them go to
-        # the exact graphs (service/serving/engine.py).
+        # The int8 variant's fast encoder and decoder give no attention weights, nor do the fast and device decoders:
+        # requests that want them go to the exact graphs (service/serving/engine.py), and their encoder attentions
+        # are not fetched.
         self.attention = self.encoder_form.attentions and self.form.attentions
+        outputs = [o.name for o in self.encoder.get_outputs()]  # encoder_attentions first, where it has them
+        self._encoder_outputs = outputs[1:] if self.encoder_form.attentions and not self.attention else outputs
+        self._decoder_outputs = [o.name for o in self.decoder.get_outputs()]
         # The fast decoder keeps each row's tokens at the start of its cache buffers and writes a step's slots into
         # them in place (docs/ARCHITECTURE.md, "caches written in place").
         self.in_place = self.form.cache == "in_place"
@@ -186,6 +210,10 @@ class Runner:
                                  for l in range(L)]  # fmt: skip
         self._caches = {f"{kind}.{l}" for kind in ("cross_keys", "cross_values", "present_keys", "present_values")
                         for l in range(L)}  # fmt: skip
+        # The device decoder's cache inputs in the order step_candidates passes them, and its presents.
+        self._gathered_inputs = [f"{kind}.{l}" for kind in ("cross_keys", "cross_values", "past_keys", "past_values")
+                                 for l in range(L)]  # fmt: skip
+        self._presents = [f"present_{kind}.{l}" for kind in ("keys", "values") for l in range(L)]
         log.info(
             "bundle %s (%s) on %s (%d intra-op threads%s)",
             bundle.name,
@@ -214,11 +242,13 @@ class Runner:
 
     def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray, position_ids: np.ndarray) -> EncoderOutput:
         """input_ids, attention_mask, position_ids (B, S) int64 -> encoder attentions and each decoder layer's cross
-        keys/values (no attentions from the int8 variant's fast encoder). attention_mask numbers the texts of a row
-        (0: padding); a text's positions start at 0."""
+        keys/values (no attentions from a runner whose decoder gives none). attention_mask numbers the texts of a row
+        (0: padding); a text's positions start at 0. Cross keys and values come in the caches' dtype."""
         feed = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids}
         outputs = self._run(self.encoder, self._encoder_outputs, feed)
-        attentions = outputs.pop(0) if self.encoder_form.attentions else None
+        attentions = outputs.pop(0) if self.attention else None
+        if self._device_tensors is not None:  # a float16 device decoder's cross caches, cast once here
+            outputs = [self._device_tensors.convert(x) for x in outputs]
         L = self.spec.n_decoder_layers
         return EncoderOutput(attentions, outputs[:L], outputs[L:])
 
@@ -320,6 +350,73 @@ class Runner:
             self._bind_rows(binding, bound, B, tokens)
         self.decoder.run_with_iobinding(binding)
         return bound["logits"], bound["tokens"] if tokens else None  # overwritten by this thread's next step
+
+    def step_candidates(
+        self,
+        input_ids: np.ndarray,
+        position_ids: np.ndarray,
+        parent_rows: np.ndarray,
+        source_rows: np.ndarray,
+        encoder_attention_mask: np.ndarray,
+        cross_keys: list[Cache],
+        cross_values: list[Cache],
+        past_keys: list[Cache],
+        past_values: list[Cache],
+        candidates: int,
+    ) -> StepOutput:
+        """One step of the device decoder (:attr:`form` ``candidates``) for B rows: row b gathers the past caches of
+        past row ``parent_rows[b]`` and the cross caches and mask of source ``source_rows[b]``, owns the last
+        ``position_ids[b]`` slots of the past caches, and gives its ``candidates`` best tokens (:class:`Candidates`)
+        and its greedy token; the presents stay on the device (B, h, T + 1, d_k).
+
+        A decoding thread keeps one binding from step to step: the row inputs are device values written in place
+        while their shapes stay, the encoder mask and the caches are bound again only when they are other values
+        (a new mask is a new array), and the host outputs are this thread's arrays, overwritten by its next step."""
+        binding, bound = self._binding()
+        rows = {"input_ids": input_ids, "position_ids": position_ids, "parent_rows": parent_rows,
+                "source_rows": source_rows, "candidates": np.array([candidates], np.int64)}  # fmt: skip
+        for name, value in rows.items():
+            self._bind_device_input(binding, bound, name, np.ascontiguousarray(value, np.int64))
+        if bound.get("encoder_attention_mask") is not encoder_attention_mask:
+            mask = np.ascontiguousarray(encoder_attention_mask, np.int64)
+            self._bind_device_input(binding, bound, "encoder_attention_mask", mask)
+            bound["encoder_attention_mask"] = encoder_attention_mask
+        for name, cache in zip(self._gathered_inputs, (*cross_keys, *cross_values, *past_keys, *past_values),
+                               strict=True):  # fmt: skip
+            if bound.get(name) is not cache:
+                binding.bind_ortvalue_input(name, cache)
+                bound[name] = cache
+        B = len(input_ids)
+        if bound.get("selected") != (B, candidates):
+            self._bind_selection(binding, bound, B, candidates)
+        for name in self._presents:  # a new value each step: the next step reads this one's
+            binding.bind_output(name, self.device)
+        self.decoder.run_with_iobinding(binding)
+        presents = binding.get_outputs()[len(SELECTION) :]
+        L = self.spec.n_decoder_layers
+        chosen = Candidates(bound["candidate_tokens"], bound["candidate_logits"], bound["log_norm"])
+        empty = np.empty((0, self.spec.vocab_size), np.float32)
+        return StepOutput(empty, presents[:L], presents[L:], None, None, bound["tokens"], chosen)
+
+    def _bind_device_input(self, binding: ort.IOBinding, bound: dict[str, Any], name: str, value: np.ndarray) -> None:
+        """Bind a host array as input ``name``, a device value of this thread's: the one bound before, written over,
+        while the shape stays."""
+        held: ort.OrtValue | None = bound.get(f"device.{name}")
+        if held is not None and held.shape() == list(value.shape):
+            held.update_inplace(value)
+            return
+        held = bound[f"device.{name}"] = ort.OrtValue.ortvalue_from_numpy(value.copy(), self.device, 0)  # its own
+        binding.bind_ortvalue_input(name, held)
+
+    def _bind_selection(self, binding: ort.IOBinding, bound: dict[str, Any], B: int, K: int) -> None:
+        """Bind this thread's host arrays for the selection outputs of B rows of K candidates, in SELECTION's order
+        and before the presents (:meth:`step_candidates` reads the presents after them)."""
+        shapes = {"candidate_tokens": (B, K), "candidate_logits": (B, K), "log_norm": (B,), "tokens": (B,)}
+        for name in SELECTION:
+            array = np.empty(shapes[name], np.int64 if "tokens" in name else np.float32)
+            binding.bind_output(name, "cpu", 0, array.dtype, array.shape, array.ctypes.data)
+            bound[name] = array
+        bound["selected"] = (B, K)
 
     def _bind_rows(self, binding: ort.IOBinding, bound: dict[str, Any], B: int, tokens: bool) -> None:
         """Bind this thread's arrays for the logits (B rows, or none for ``tokens``) and, on a graph that takes

@@ -69,12 +69,17 @@ class HostTensors:
 
 class DeviceTensors:
     """Caches as ONNX Runtime values on the execution provider's device; each operation is a one-node ONNX graph
-    run there with IOBinding, so a cache never leaves the device."""
+    run there with IOBinding, so a cache never leaves the device. The graphs are typed for the caches' ``dtype``
+    (float32, or float16 for a float16 decoder's caches)."""
 
-    def __init__(self, providers: list[str], device: str, options: ort.SessionOptions) -> None:
+    def __init__(
+        self, providers: list[Any], device: str, options: ort.SessionOptions, dtype: type[np.floating] = np.float32
+    ) -> None:
         from onnx import TensorProto, helper
 
         self.device = device
+        self.dtype = dtype
+        f, i = (TensorProto.FLOAT16 if dtype == np.float16 else TensorProto.FLOAT), TensorProto.INT64
 
         def session(op: str, inputs: list[tuple[str, int]], **attributes: Any) -> ort.InferenceSession:
             node = helper.make_node(op, [name for name, _ in inputs], ["y"], **attributes)
@@ -82,18 +87,18 @@ class DeviceTensors:
                 [node],
                 op,
                 [helper.make_tensor_value_info(name, kind, None) for name, kind in inputs],
-                [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                [helper.make_tensor_value_info("y", f, None)],
             )
             model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
             model.ir_version = 8
             return ort.InferenceSession(model.SerializeToString(), options, providers=providers)
 
-        f, i = TensorProto.FLOAT, TensorProto.INT64
         self._take = session("Gather", [("x", f), ("rows", i)], axis=0)
         self._cat = session("Concat", [("x", f), ("z", f)], axis=0)
         self._pad = session("Pad", [("x", f), ("pads", i)])
         self._slice = session("Slice", [("x", f), ("starts", i), ("ends", i), ("axes", i)])
         self._put = session("ScatterND", [("x", f), ("rows", i), ("z", f)])
+        self._convert = session("Cast", [("x", TensorProto.FLOAT)], to=f)
 
     def _run(self, session: ort.InferenceSession, x: ort.OrtValue, **host: np.ndarray) -> ort.OrtValue:
         binding = session.io_binding()
@@ -109,7 +114,11 @@ class DeviceTensors:
         return out
 
     def empty(self, shape: tuple[int, ...]) -> ort.OrtValue:
-        return ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, np.float32), self.device, 0)
+        return ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, self.dtype), self.device, 0)
+
+    def convert(self, x: ort.OrtValue) -> ort.OrtValue:
+        """A float32 value (an encoder's cross keys or values) in the caches' dtype."""
+        return x if self.dtype == np.float32 else self._run(self._convert, x)
 
     def shape(self, x: ort.OrtValue) -> tuple[int, ...]:
         return tuple(x.shape())

@@ -80,9 +80,11 @@ class Runners:
 
     @classmethod
     def build(cls, bundle: Bundle, settings: Settings) -> Runners:
-        """The real ONNX Runtime runners for ``settings``: for float32 on the CPU the fast decoder (caches written
-        in place, no attention outputs) sharing the exact runner's encoder, for int8 its quantized graphs, for
-        float16 its exact graphs.
+        """The real ONNX Runtime runners for ``settings``: on CUDA the variant's device decoder where the bundle has
+        one (token choice and cache reordering on the device, sharing float32's exact encoder), else the exact
+        graphs (the fast decoder's attention kernels, service/runtime/_attention.c, are the CPU's); on the CPU for
+        float32 the fast decoder (caches written in place, no attention outputs) sharing the exact runner's
+        encoder; for int8 its quantized graphs, for float16 its exact graphs.
 
         Raises:
             BundleError: the bundle has no graphs of ``settings.graph_variant``.
@@ -91,13 +93,14 @@ class Runners:
         limit = settings.gpu_mem_limit_mb
         exact = Runner(bundle, provider, threads, gpu_mem_limit_mb=limit)
         forced = exact if exact.has_forced else None
+        if exact.provider != CPU and bundle.has_graph("device_decoder", variant):
+            encoder = exact.encoder if variant == "float32" else None
+            return cls(exact, Runner(bundle, provider, threads, variant, encoder=encoder, device_decoder=True), forced)
         if variant != "float32":
             return cls(exact, Runner(bundle, provider, threads, variant, gpu_mem_limit_mb=limit), forced)
         if exact.provider == CPU:
             return cls(exact, Runner(bundle, provider, threads, fast=True, encoder=exact.encoder), forced)
-        return cls(
-            exact, exact, forced
-        )  # the fast decoder's attention kernels (service/runtime/_attention.c) are the CPU's
+        return cls(exact, exact, forced)
 
 
 def _ignore(*_: int) -> None:
@@ -499,7 +502,15 @@ class Engine:
         return forced
 
     def _exact(self, requests: list[DecodeRequest], exact: bool) -> bool:
-        return exact or (not self.runners.fast.attention and any(r.attention for r in requests))
+        """Whether ``requests`` go to the exact runner: asked, or the fast one cannot serve them (attention rows from
+        a graph without them; forced or constrained rows, which read every logit, from a device decoder's
+        candidates)."""
+        fast = self.runners.fast
+        return (
+            exact
+            or (not fast.attention and any(r.attention for r in requests))
+            or (fast.form.candidates and any(r.forced is not None or r.constraint is not None for r in requests))
+        )
 
     async def _wait(
         self, requests: list[DecodeRequest], exact: bool, gone: Gone | None, deadline: float

@@ -34,8 +34,11 @@ def test_the_smoke_run_writes_every_result(tiny_bundle: Path, tmp_path: Path) ->
     assert json.loads((out / "sanity.json").read_text())["chosen"] == "CPUExecutionProvider"
     gpu = json.loads((out / "gpu.json").read_text())
     assert gpu["check"]["passed"] and gpu["provider"] == "CPUExecutionProvider"
-    measured = {(r["compute"], r["beam"], r["batch"]) for r in gpu["rows"] if r["key"] == "attnserve"}
-    assert measured == {(c, beam, batch) for c in ("float32", "float16") for beam in (1, 4) for batch in (1, 4)}
+    measured = {(r["key"], r["compute"], r["beam"], r["batch"]) for r in gpu["rows"] if r["error"] is None}
+    assert measured == {(k, c, beam, batch) for k in ("attnserve", "attnserve-device") for c in ("float32", "float16")
+                        for beam in (1, 4) for batch in (1, 4)}  # fmt: skip
+    assert {(s["runner"], s["batch"]) for s in gpu["breakdown"]} == {(r, n) for r in ("old", "new") for n in (1, 4)}
+    assert set(gpu["cuda_graph"]) == {"float32", "float16"}
     sections = (out / "BENCHMARKS.md").read_text()
     for section in ("gpu", "graph-profile-float32", "graph-profile-float16"):
         assert f"<!-- bench:{section} -->" in sections

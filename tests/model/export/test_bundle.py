@@ -78,7 +78,7 @@ def test_export_refuses_to_overwrite(spm: Path, tmp_path: Path) -> None:
     assert (tmp_path / "b").stat().st_mode == (tmp_path / "made").stat().st_mode  # not a temporary directory's 0700
     manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
     assert set(manifest["sha256"]) == {"encoder.onnx", "decoder.onnx", "decoder.fast.onnx", "decoder.forced.onnx",
-                                       "spm.model", "weights.bin"}  # fmt: skip
+                                       "decoder.device.onnx", "spm.model", "weights.bin"}  # fmt: skip
     assert manifest["format"] == "attnserve-bundle/4"
 
 

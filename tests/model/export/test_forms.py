@@ -29,6 +29,12 @@ def form_of(path: Path) -> dict[str, str | bool]:
         return {"role": "encoder", "attentions": "encoder_attentions" in outputs}
     if "past_keys.0" not in inputs:
         return {"role": "forced", "attentions": outputs == {"cross_attentions"}}
+    if "parent_rows" in inputs:
+        gathered = "source_rows" in inputs and "self_attention_mask" not in inputs
+        selection = {"candidate_tokens", "candidate_logits", "log_norm", "tokens"}
+        candidates = selection <= outputs and "logits" not in outputs
+        return {"role": "decoder", "attentions": False, "cache": "gathered" if gathered else "?",
+                "grouped_cross": False, "greedy_tokens": False, "candidates": candidates}  # fmt: skip
     in_place = "self_attention_mask" not in inputs
 
     def first_axis(name: str) -> str:
@@ -54,10 +60,12 @@ def test_every_graph_has_a_form_that_agrees_with_it(tmp_path: Path) -> None:
         "decoder.onnx",
         "decoder.fast.onnx",
         "decoder.forced.onnx",
+        "decoder.device.onnx",
         "encoder.int8.onnx",
         "decoder.int8.onnx",
         "encoder.float16.onnx",
         "decoder.float16.onnx",
+        "decoder.device.float16.onnx",
     }
     assert set(manifest["graph_forms"]) == files
     for name in sorted(files):

@@ -12,7 +12,7 @@ from onnx import TensorProto, numpy_helper
 
 from model.export.bundle import export_bundle
 from model.export.quantize import add_int8
-from model.export.store import INLINE_BELOW, WEIGHTS, store_weights_once
+from model.export.store import INLINE_BELOW, WEIGHTS, add_weights, store_weights_once
 from service.runtime.bundle import BundleError, load_bundle
 from tests.bundles import tiny_model
 
@@ -82,3 +82,25 @@ def test_a_missing_or_damaged_weights_file_is_named(bundle: Path, tmp_path: Path
     (copy / WEIGHTS).unlink()
     with pytest.raises(BundleError, match=r"weights\.bin is missing"):
         load_bundle(copy)
+
+
+def test_new_graphs_point_at_the_weights_there_and_append_the_rest(bundle: Path, tmp_path: Path) -> None:
+    """add_weights: a new graph's weights found in WEIGHTS are pointed at, the others appended; every other file
+    and WEIGHTS' first bytes stay."""
+    copy = Path(shutil.copytree(bundle, tmp_path / "copy"))
+    before = {name: (copy / name).read_bytes() for name in [*GRAPHS, WEIGHTS]}
+    shared = onnx.load(str(copy / "decoder.onnx"))  # every weight the bundle holds already
+    extra = onnx.load(str(copy / "decoder.onnx"))
+    extra.graph.initializer.append(numpy_helper.from_array(np.arange(512, dtype=np.float32), "extra"))
+    onnx.save(shared, str(copy / "shared.onnx"))
+    onnx.save(extra, str(copy / "extra.onnx"))
+    assert add_weights(copy, ["shared.onnx"]) == len(before[WEIGHTS])
+    assert {name: (copy / name).read_bytes() for name in [*GRAPHS, WEIGHTS]} == before
+    assert regions(copy / "shared.onnx") == regions(copy / "decoder.onnx")
+    grown = add_weights(copy, ["extra.onnx"])
+    assert len(before[WEIGHTS]) + 2048 <= grown < len(before[WEIGHTS]) + 2048 + 64
+    assert (copy / WEIGHTS).read_bytes()[: len(before[WEIGHTS])] == before[WEIGHTS]
+    stored = {
+        t.name: numpy_helper.to_array(t, str(copy)) for t in onnx.load(str(copy / "extra.onnx")).graph.initializer
+    }
+    np.testing.assert_array_equal(stored["extra"], np.arange(512, dtype=np.float32))

@@ -10,9 +10,11 @@ import pytest
 
 from service.decoding import BatchDecoder, DecodeRequest, DecodeResult, decode
 from service.runtime.bundle import GraphForm, ModelSpec
-from service.runtime.runner import StepOutput
+from service.runtime.runner import Candidates, StepOutput
 from service.runtime.tensors import Cache
 from tests.service.fake_runner import APPENDED, IN_PLACE, FakeRunner
+
+GATHERED = GraphForm("decoder", attentions=False, cache="gathered", candidates=True)  # as decoder.device.onnx
 
 # BatchDecoder against a plain beam search, on a fake model whose next-token distribution depends on the whole
 # prefix as the row's own cache holds it: a cache row moved to the wrong place, or a neighbour's slot read, changes
@@ -37,7 +39,8 @@ def next_log_probs(seed: int, prefix: list[int]) -> np.ndarray:
 class PrefixModel(FakeRunner):
     """Caches keep each fed token (and its position); a row's next token depends on its source and its prefix.
     With ``form`` IN_PLACE its step writes them into the buffers it is given (slot = position), as the fast graphs
-    do, and takes cross rows that serve G rows each."""
+    do, and takes cross rows that serve G rows each; with GATHERED its step gathers each row's parent's caches and
+    its source's cross row, and gives candidates, as the device decoder does."""
 
     spec = SPEC
 
@@ -79,6 +82,35 @@ class PrefixModel(FakeRunner):
         T = keys.shape[2]
         return StepOutput(out, [keys], [keys.copy()], np.zeros((1, B, 2, T), np.float32), None)
 
+    def step_candidates(
+        self,
+        input_ids: np.ndarray,
+        position_ids: np.ndarray,
+        parent_rows: np.ndarray,
+        source_rows: np.ndarray,
+        encoder_mask: np.ndarray,
+        cross_keys: list[Cache],
+        cross_values: list[Cache],
+        past_keys: list[Cache],
+        past_values: list[Cache],
+        candidates: int,
+    ) -> StepOutput:
+        B = len(input_ids)
+        self.step_rows.append(B)
+        new = np.zeros((B, 2, 1, 2), np.float32)
+        new[:, 0, 0, 0], new[:, 0, 0, 1] = input_ids[:, 0], position_ids[:, 0]
+        keys = np.concatenate([past_keys[0][parent_rows], new], axis=2)  # row b owns its last position + 1 slots
+        out = np.zeros((B, V), np.float32)
+        for b in range(B):
+            owned = keys[b, 0, keys.shape[2] - 1 - position_ids[b, 0] :]
+            prefix = [int(t) for t in owned[np.argsort(owned[:, 1]), 0][1:]]
+            out[b] = next_log_probs(int(cross_keys[0][source_rows[b], 0, 0, 0]), prefix)
+        tokens = np.argsort(-out, axis=1, kind="stable")[:, :candidates]  # the lower token first among equals
+        top = out.max(axis=1)
+        log_norm = top + np.log(np.exp(out - top[:, None]).sum(axis=1))
+        chosen = Candidates(tokens, np.take_along_axis(out, tokens, axis=1), log_norm.astype(np.float32))
+        return StepOutput(np.empty((0, V), np.float32), [keys], [keys.copy()], None, None, out.argmax(axis=1), chosen)
+
 
 def reference(seed: int, k: int, max_length: int, lp: float) -> list[tuple[list[int], float]]:
     """Beam search as docs/ARCHITECTURE.md says, one request alone, in plain Python."""
@@ -106,7 +138,7 @@ def reference(seed: int, k: int, max_length: int, lp: float) -> list[tuple[list[
 
 
 @pytest.mark.parametrize(
-    ("form", "age"), [(APPENDED, 32), (APPENDED, 2), (IN_PLACE, 32)]
+    ("form", "age"), [(APPENDED, 32), (APPENDED, 2), (IN_PLACE, 32), (GATHERED, 32), (GATHERED, 2)]
 )  # 2: rows move to the old batch often, one or many at a time; caches written in place never age
 def test_batched_beams_equal_plain_beam_search(form: GraphForm, age: int) -> None:
     rng = np.random.default_rng(0)
@@ -131,7 +163,8 @@ def test_batched_beams_equal_plain_beam_search(form: GraphForm, age: int) -> Non
             if pending:
                 decoder.admit([pending.pop(0)])
     assert len(results) == len(requests)
-    assert model.step_rows[0] == 6  # the first step decodes one row a request: the other beams are still empty
+    first = 6 if form != GATHERED else sum(r.beam_size for r in requests[:6])  # gathered: every row, ignored but one
+    assert model.step_rows[0] == first  # the first step decodes one row a request: the other beams are still empty
     assert (both > 10) == (age == 2)
     for i, r in enumerate(requests):
         want = reference(r.src[0], r.beam_size, r.max_length, r.length_penalty)[: r.n_best]
@@ -197,16 +230,18 @@ def prefixed_reference(
     return [(tokens[len(prefix) :], s) for tokens, s in ranked_all]
 
 
-@pytest.mark.parametrize("form", [APPENDED, IN_PLACE])
+@pytest.mark.parametrize("form", [APPENDED, IN_PLACE, GATHERED])
 def test_a_forced_prefix_decodes_as_ctranslate2s_target_prefix_batched_or_not(form: GraphForm) -> None:
     """Greedy, beam and forced requests with target prefixes of 0 to 2 tokens, joining a running batch or decoded
-    alone, give CTranslate2's hypotheses (prefix scored 0, counted in lengths, left out) with the same scores."""
+    alone, give CTranslate2's hypotheses (prefix scored 0, counted in lengths, left out) with the same scores. (A
+    gathered decoder's candidates serve no forced request: the engine sends those to the exact runner.)"""
     rng = np.random.default_rng(1)
     requests = []
     for i in range(30):
         prefix = tuple(int(t) for t in rng.integers(2, 10, int(rng.integers(0, 3))))
         k, n = int(rng.choice([1, 2, 3, 4])), len(prefix) + int(rng.integers(1, 10))
         forced = [int(t) for t in rng.integers(2, 10, int(rng.integers(0, 4)))] + [EOS] if i % 10 == 9 else None
+        forced = None if form == GATHERED else forced
         requests.append(DecodeRequest(src=[int(rng.integers(2, 10)), EOS], beam_size=1 if forced else k,
                                       max_length=n, n_best=1 if forced else k, length_penalty=0.2, forced=forced,
                                       prefix=prefix))  # fmt: skip

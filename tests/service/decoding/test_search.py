@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from service.decoding import beam_places, beam_top
-from service.decoding.search import Scores
+from service.decoding.search import CandidateScores, Scores
 from service.runtime import _beam
+from service.runtime.runner import Candidates
 
 
 def brute_force(logits: np.ndarray, rows: list[int], scores: np.ndarray, n: int) -> list[tuple[int, int]]:
@@ -154,3 +155,24 @@ def test_only_scored_rows_get_log_probabilities() -> None:
     np.testing.assert_allclose(s.log_norm[scored], want[scored], atol=1e-5)
     assert np.isnan(s.log_norm[~scored]).all()
     np.testing.assert_array_equal(Scores(logits.copy(), np.ones(4, bool)).log_norm[scored], s.log_norm[scored])
+
+
+def test_candidates_rank_as_every_logit_and_score_the_greedy_token() -> None:
+    """Each row's 2k best tokens (ties: the lower token first) rank a request's continuations as every logit does,
+    ties across rows included; the greedy token's log-probability is the row's largest even where a device's
+    ordering of equal logits put another token first."""
+    rng = np.random.default_rng(3)
+    logits = rng.integers(-4, 4, size=(6, 90)).astype(np.float32)  # many equal logits in every row
+    logits[:, 7] = -np.inf  # padding
+    logits[3] = logits[1]  # equal rows: ties across rows
+    every = Scores(logits.copy(), np.ones(6, bool))
+    rows, hyp = np.array([[0, 1, 3], [2, 5, 4]]), np.array([[0.0, -0.5, -0.5], [-1.0, -np.inf, -2.0]])
+    tokens = np.lexsort((np.broadcast_to(np.arange(90), logits.shape), -logits), axis=1)[:, :6]
+    greedy = logits.argmax(axis=1)
+    few = CandidateScores(Candidates(tokens, np.take_along_axis(logits, tokens, 1), every.log_norm), greedy)
+    for a, b in zip(beam_top(every, rows, hyp, 6), beam_top(few, rows, hyp, 6), strict=True):
+        np.testing.assert_array_equal(a, b)
+    swapped = tokens[:, :1].copy()
+    swapped[0, 0] = np.flatnonzero(logits[0] == logits[0].max())[-1]  # the last of the row's equal best
+    first = CandidateScores(Candidates(swapped, logits.max(1, keepdims=True), every.log_norm), greedy)
+    np.testing.assert_array_equal(first.logp(np.arange(6), greedy), every.logp(np.arange(6), greedy))

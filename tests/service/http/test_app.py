@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import gc
+import json
 from pathlib import Path
 
+from service.runtime.bundle import sha256
+from service.serving.catalog import disk_bytes
 from service.settings import Settings
 from tests.service.conftest import Server, ServerFactory
 from tests.service.pair_bundles import pair_bundle
@@ -26,13 +29,24 @@ def metric(text: str, name: str) -> float:
     return float(line.split()[-1])
 
 
+def padded(bundle: Path, size: int) -> Path:
+    """``bundle`` with a checksummed file that brings its files to ``size`` bytes on disk: its footprint under
+    models_memory_mb, whatever the tiny bundle's own size."""
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    (bundle / "padding.bin").write_bytes(bytes(size - disk_bytes(bundle, manifest)))
+    manifest["sha256"]["padding.bin"] = sha256(bundle / "padding.bin")
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    return bundle
+
+
 def test_pairs_load_on_first_use_and_the_least_recently_used_unloads_under_the_bound(
     tiny_bundle: Path, tmp_path: Path
 ) -> None:
     """Three bundles, none eager, a bound that holds two: ready at once, every pair listed; each first request loads
     its bundle, the third unloads the least recently used, which loads again and answers as before."""
-    bundles = [pair_bundle(tiny_bundle, tmp_path, s, t) for s, t in (("en", "ja"), ("ja", "en"), ("en", "de"))]
-    with Server(Settings(bundles=bundles, eager_models=0, models_memory_mb=1)) as server, server.client() as c:
+    pairs = (("en", "ja"), ("ja", "en"), ("en", "de"))
+    bundles = [padded(pair_bundle(tiny_bundle, tmp_path, s, t), 900 << 10) for s, t in pairs]
+    with Server(Settings(bundles=bundles, eager_models=0, models_memory_mb=2)) as server, server.client() as c:
         ready = c.get("/readyz").json()
         assert ready == {"status": "ready", "models": ["tiny-en-ja", "tiny-ja-en", "tiny-en-de"], "loaded": []}
         assert [x["code"] for x in c.get("/languages").json()] == ["de", "en", "ja"]

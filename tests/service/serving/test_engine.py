@@ -18,7 +18,8 @@ from fastapi.testclient import TestClient
 from service.decoding import DecodeRequest, DecodeResult, decode
 from service.errors import NoSuchIndex, TooLarge, UnknownPair
 from service.http import errors
-from service.runtime.bundle import ModelSpec
+from service.runtime.bundle import ModelSpec, load_bundle
+from service.runtime.runner import Runner as OnnxRunner
 from service.serving.engine import Engine, Runners
 from service.serving.translation import Filters, Options, Translation, distinct
 from service.settings import Settings
@@ -238,3 +239,27 @@ def test_a_target_prefix_is_forced_and_left_out_of_every_answer(tiny_bundle: Pat
     assert segment.weights["decoder"].shape[2:] == (T, T + 1)
     np.testing.assert_allclose(segment.weights["decoder"].sum(axis=-1), 1, atol=1e-5)
     assert result.text == out[0].text
+
+
+def test_a_device_decoder_leaves_forced_and_constrained_requests_to_the_exact_runner(tiny_bundle: Path) -> None:
+    """/translate on a device decoder (as on CUDA, here on the CPU): its texts decode there, but for those that read
+    every logit (a constrained re-decode of a broken span) or want attention rows, which go to the exact runner; the
+    answers are the CPU fast decoder's."""
+    bundle = load_bundle(tiny_bundle)
+    exact = OnnxRunner(bundle, "cpu")
+    device = OnnxRunner(bundle, "cpu", device_decoder=True, encoder=exact.encoder)
+    engine = Engine(bundle, Settings(bundles=[tiny_bundle]), Runners(exact, device, exact))
+    served: list[tuple[str, list[DecodeRequest]]] = []
+
+    def recorded(runner: OnnxRunner, requests: list[DecodeRequest]) -> list[DecodeResult]:
+        served.append(("exact" if runner is exact else "device", requests))
+        return decode(runner, requests)
+
+    with patch("service.serving.engine.decode", recorded):
+        out = engine.translate_now([*SPAN_TEXTS, "Delete the selected files?"], Options())
+    kinds = {(name, r.constraint is not None, r.attention, r.forced is not None) for name, rs in served for r in rs}
+    assert ("device", False, False, False) in kinds and ("exact", True, False, False) in kinds
+    assert all(name == "exact" for name, c, a, f in kinds if c or a or f)
+    assert out == Engine.load(tiny_bundle, Settings(bundles=[tiny_bundle])).translate_now(
+        [*SPAN_TEXTS, "Delete the selected files?"], Options()
+    )

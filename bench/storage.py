@@ -125,7 +125,10 @@ def trained_bundle(source: Path, corpus: Path, limit: int | None) -> None:
             for name, beam in (("greedy", 1), ("beam 4", 4)):
                 tokens = {k: decode_tokens(r, sources, beam) for k, r in runners.items()}
                 same = sum(a == b for a, b in zip(tokens["float32"], tokens["float16"], strict=True))
-                got = {k: scores([bundles[k].tokenizer.decode(t) for t in ts], refs) for k, ts in tokens.items()}
+                got = {
+                    k: scores([bundles[k].tokenizer.decode(t) for t in ts], refs, bundles[k].target_lang)
+                    for k, ts in tokens.items()
+                }
                 chrf, bleu = (" / ".join(f"{got[k][m]:.2f}" for k in ("float32", "float16")) for m in ("chrF", "BLEU"))
                 print(f"| {variant} | {name} | {same}/{len(test)} | {chrf} | {bleu} |")
 

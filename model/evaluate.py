@@ -2,8 +2,9 @@
 through the bundle with the service's own decoder; and a translation-memory baseline (for each test source, the
 target of the most similar training source by fuzzy match — what localization tools offer without MT).
 
-BLEU on Japanese uses sacrebleu's character tokenization (``tokenize="char"``): no word segmenter is needed and
-the score does not depend on one. chrF is sacrebleu's default chrF2 (character 6-grams, β = 2).
+BLEU on a language written without spaces (Japanese, Chinese, Thai...) uses sacrebleu's character tokenization
+(``tokenize="char"``): no word segmenter is needed and the score does not depend on one; on the others, sacrebleu's
+default (``13a``). chrF is sacrebleu's default chrF2 (character 6-grams, β = 2).
 
     attnserve evaluate model/bundles/en-ja --corpus ~/.cache/attnserve/corpus/en-ja --write
 """
@@ -87,10 +88,14 @@ def translation_memory(train: list[tuple[str, str]], sources: list[str]) -> list
     return out
 
 
-def scores(hyps: list[str], refs: list[str]) -> dict[str, float]:
+UNSPACED = {"ja", "zh", "th", "lo", "km", "my"}  # languages written without spaces between words
+
+
+def scores(hyps: list[str], refs: list[str], target_lang: str = "ja") -> dict[str, float]:
+    tokenize = "char" if target_lang.split("-")[0] in UNSPACED else "13a"
     return {
         "chrF": round(float(sacrebleu.corpus_chrf(hyps, [refs]).score), 2),
-        "BLEU": round(float(sacrebleu.corpus_bleu(hyps, [refs], tokenize="char").score), 2),
+        "BLEU": round(float(sacrebleu.corpus_bleu(hyps, [refs], tokenize=tokenize).score), 2),
     }
 
 
@@ -112,8 +117,9 @@ def evaluate(
             t0 = time.perf_counter()
             hyps = translate(variant_runner, sources, beam)
             label = name if variant == "float32" else f"{name}, {variant}"
-            results[label] = {**scores(hyps, refs), "seconds": round(time.perf_counter() - t0, 1)}
-    results["translation memory"] = scores(translation_memory(read_pairs(corpus / "train.tsv"), sources), refs)
+            results[label] = {**scores(hyps, refs, bundle.target_lang), "seconds": round(time.perf_counter() - t0, 1)}
+    memory = translation_memory(read_pairs(corpus / "train.tsv"), sources)
+    results["translation memory"] = scores(memory, refs, bundle.target_lang)
     samples = translate(runner, UI_STRINGS, 4)
     report = {
         "test_set": f"{corpus.name} {split} split ({len(test)} pairs, {corpus / f'{split}.tsv'})",

@@ -20,6 +20,11 @@ def test_translation_memory_takes_the_closest_training_source() -> None:
 def test_scores_are_sacrebleus() -> None:
     assert scores(["ファイルを開く"], ["ファイルを開く"]) == {"chrF": 100.0, "BLEU": 100.0}
     assert scores(["xyz"], ["設定"])["chrF"] == 0.0
+    # German BLEU counts words: one word of four wrong is far from a character-level near miss
+    assert (
+        scores(["Die Datei existiert bereits"], ["Die Datei existiert schon"], "de")["BLEU"]
+        < scores(["Die Datei existiert bereits"], ["Die Datei existiert schon"], "ja")["BLEU"]
+    )
 
 
 def test_evaluate_writes_scores_into_the_manifest(tiny_bundle: Path, tmp_path: Path) -> None:

@@ -330,9 +330,9 @@ def gpu_container(docker: Docker, gpu_image: str, report: dict[str, Any]) -> Ite
         yield running
 
 
-def host_translations(texts: list[str]) -> list[str]:
-    """What this checkout's `attnserve translate` gives for ``texts`` with the shipped bundle."""
-    local = [require_tool("attnserve"), "translate", "--json", "--bundle", str(REPO / "model/bundles/en-ja")]
+def host_translations(texts: list[str], pair: str = "en-ja") -> list[str]:
+    """What this checkout's `attnserve translate` gives for ``texts`` with the shipped bundle of ``pair``."""
+    local = [require_tool("attnserve"), "translate", "--json", "--bundle", str(REPO / "model/bundles" / pair)]
     return list(json.loads(subprocess.run([*local, *texts], capture_output=True, text=True, check=True).stdout))
 
 
@@ -349,6 +349,17 @@ def test_the_healthcheck_turns_healthy(container: Container, report: dict[str, A
     healthy = lambda: container.state()["Health"]["Status"] == "healthy"  # noqa: E731
     wait_until("HEALTHCHECK", healthy, 150, container.gone)
     report["healthy_seconds"] = round(time.monotonic() - container.started, 1)
+
+
+def test_every_shipped_pair_is_served_with_its_int8_graphs(container: Container) -> None:
+    languages = httpx.get(f"{container.url}/languages", timeout=30).json()
+    assert sorted(next(entry["targets"] for entry in languages if entry["code"] == "en")) == ["de", "ja"]
+    for pair in ("en-ja", "en-de"):
+        listing = container.docker("exec", container.name, "ls", f"/opt/attnserve/bundles/{pair}").split()
+        assert {"encoder.int8.onnx", "decoder.int8.onnx"} <= set(listing), f"{pair}: int8 not derived at build time"
+    answer = httpx.post(f"{container.url}/translate", json={"q": TEXTS, "source": "en", "target": "de"}, timeout=60)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["translatedText"] == host_translations(TEXTS, "en-de")
 
 
 def test_translate_and_attention_answer_as_on_the_host(container: Container) -> None:

@@ -30,7 +30,7 @@ bench/results/gpu.json.
 
     python bench/gpu.py --bundle model/bundles/en-ja --breakdown --cuda-graph
     python bench/gpu.py --sentences 200 --batch-sizes 1 32 256 --repeats 1 --no-write   # a short check
-    python bench/gpu.py --provider cpu --smoke --no-write   # the CPU stands in: a dry run of every code path
+    python bench/gpu.py --smoke --no-write   # the CPU stands in (--provider cpu): a dry run of every code path
 
 bench/gpu_device.sh runs it on a lent GPU machine, with the service over HTTP and ONNX Runtime's profile.
 """
@@ -262,9 +262,9 @@ LABELS = {
 }
 
 
-def label(key: str, device: str) -> str:
-    """A row's engine as the table names it (the CPU's execution provider with --smoke)."""
-    return LABELS[key] if device == "cuda" else LABELS[key].replace("CUDA EP", "CPU EP")
+def label(key: str, provider: Device) -> str:
+    """A row's engine as the table names it (the CPU's execution provider with --provider cpu)."""
+    return LABELS[key] if provider == "cuda" else LABELS[key].replace("CUDA EP", "CPU EP")
 
 
 def run_throughput(
@@ -274,7 +274,7 @@ def run_throughput(
     batches: Sequence[int],
     max_length: int,
     repeats: int,
-    device: str = "cuda",
+    provider: Device = "cuda",
 ) -> list[Row]:
     """Every (engine, compute, beam, batch) ``repeats`` times, interleaved; one warm-up batch per engine first."""
     from engines import translate
@@ -287,7 +287,7 @@ def run_throughput(
         except Exception as e:  # e.g. a CTranslate2 build for another CUDA major: its rows say why
             broken[key] = f"{type(e).__name__}: {str(e)[:120]}"
     rows = [
-        Row(label(k, device), k, c, beam, b, error=broken.get((k, c)))
+        Row(label(k, provider), k, c, beam, b, error=broken.get((k, c)))
         for beam in beams
         for b in batches
         for (k, c) in engines
@@ -476,9 +476,9 @@ def breakdown(
     return rows
 
 
-def check_summary(check: Check, device: str) -> str:
+def check_summary(check: Check, provider: Device) -> str:
     """The check's paragraph of the section."""
-    on = "CUDA" if device == "cuda" else "the CPU standing in"
+    on = "CUDA" if provider == "cuda" else "the CPU standing in"
     text = (
         f"**{'PASS' if check.passed else 'FAIL'}**: {check.identical}/{check.n} greedy and {check.beam_identical}/"
         f"{check.n} beam-4 float32 outputs identical on {on} and CPU (goal {TOKENS_IDENTICAL:.0%}); over the greedy "
@@ -548,8 +548,7 @@ def main(argv: Sequence[str] | None = None) -> int:  # long: the run's steps in 
         if args.breakdown:
             steps = breakdown(prepared.bundle, sources[: args.breakdown_sentences], args, args.provider)
         if args.cuda_graph:
-            provider = PROVIDERS[args.provider]
-            trials = {v: cuda_graph_trial(prepared_bundle, v, provider) for v in variants
+            trials = {v: cuda_graph_trial(prepared_bundle, v, PROVIDERS[args.provider]) for v in variants
                       if prepared_bundle.has_graph("device_decoder", v)}  # fmt: skip
         rows = run_throughput(engines, sources, args.beams, args.batch_sizes, max_length, args.repeats, args.provider)
     finally:

@@ -61,10 +61,10 @@ ATTENTION_EXAMPLES: list[JsonValue] = [
 
 
 class TranslateRequest(BaseModel):
-    """LibreTranslate's /translate body, plus attnserve's optional decoding controls."""
+    """LibreTranslate's /translate body, plus attnserve's optional decoding controls; any other field is a 422."""
 
     model_config = ConfigDict(
-        extra="ignore",
+        extra="forbid",
         json_schema_extra={
             "examples": [
                 {"q": "Open file", "source": "en", "target": "ja"},
@@ -95,6 +95,9 @@ class TranslateRequest(BaseModel):
         None, description="Source term → target term: each term found in a text is in its translation as given."
     )
     keep: list[str] | None = Field(None, description="Terms copied into the translation verbatim.")
+    secret: str | None = Field(
+        None, description="What LibreTranslate's web frontend sends with its API key (its key secret); not used."
+    )
 
 
 class TranslateResponse(BaseModel):
@@ -144,7 +147,7 @@ class TranslateResponse(BaseModel):
 
 class AttentionRequest(BaseModel):
     model_config = ConfigDict(
-        extra="ignore",
+        extra="forbid",
         json_schema_extra={
             "examples": [
                 {"q": "Open file", "source": "en", "target": "ja"},
@@ -266,10 +269,10 @@ class TranslateFileResponse(BaseModel):
 
 
 class DetectRequest(BaseModel):
-    """LibreTranslate's /detect body."""
+    """LibreTranslate's /detect body; any other field is a 422."""
 
     model_config = ConfigDict(
-        extra="ignore",
+        extra="forbid",
         json_schema_extra={"examples": [{"q": "Datei öffnen"}, {"q": ["Open file", "ファイルを開く"]}]},
     )
 

@@ -60,6 +60,12 @@ ATTENTION_EXAMPLES: list[JsonValue] = [
 ]
 
 
+RAW = (
+    "The text goes to the model exactly as given, whole: no line or sentence split, no protected spans or numbers "
+    "masked, no glossary or keep (422 with them), format 'text' only; its SentencePiece pieces are the whole text's."
+)
+
+
 class TranslateRequest(BaseModel):
     """LibreTranslate's /translate body, plus attnserve's optional decoding controls; any other field is a 422."""
 
@@ -95,6 +101,7 @@ class TranslateRequest(BaseModel):
         None, description="Source term → target term: each term found in a text is in its translation as given."
     )
     keep: list[str] | None = Field(None, description="Terms copied into the translation verbatim.")
+    raw: bool = Field(False, description=RAW)
     secret: str | None = Field(
         None, description="What LibreTranslate's web frontend sends with its API key (its key secret); not used."
     )
@@ -172,6 +179,7 @@ class AttentionRequest(BaseModel):
     )
     glossary: dict[str, str] | None = Field(None, description="As /translate's.")
     keep: list[str] | None = Field(None, description="As /translate's.")
+    raw: bool = Field(False, description=RAW)
     layers: list[int] | None = Field(None, description="Layer indices to return (default all).")
     heads: list[int] | None = Field(None, description="Head indices to return (default all).")
     kinds: list[Kind] = Field(["encoder", "decoder", "cross"], min_length=1, description="Attention kinds.")

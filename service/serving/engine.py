@@ -329,8 +329,8 @@ class Engine:
         to decode (and is sent their results) or a function to call off the event loop (and is sent ``[]``), and
         returns the translations."""
         self._check(texts)
-        prepared = self.text.prepare(texts, options.glossary, options.keep)
-        if prepared is None:
+        prepared = None if options.raw else self.text.prepare(texts, options.glossary, options.keep)
+        if prepared is None:  # every text decodes as it is
             requests = [self._request(t, options, options.details) for t in texts]
             out = self._translations(requests, (yield requests), options)
             return self._assessed(texts, out) if options.details else out
@@ -591,10 +591,10 @@ class Engine:
         if bad:
             raise NoSuchIndex(f"heads {bad} do not exist: the model has heads 0..{spec.h - 1}")
         self._check([text])
-        prepared = self.text.segmented(text, options.glossary, options.keep)
+        prepared = self.text.segmented(text, options.glossary, options.keep, options.raw)
         targets: list[str | None] = [None] * len(prepared.segments)
         if target_text is not None:
             self._check_target(target_text)
-            targets = list(forced_targets(prepared, target_text, self.target))
+            targets = [target_text] if options.raw else list(forced_targets(prepared, target_text, self.target))
         segments = zip(prepared.segments, targets, strict=True)
         return prepared, [self._request(s.source, options, True, t) for s, t in segments]

@@ -46,7 +46,11 @@ async def attention(request: Request) -> Response:
         source = detect_sources(state.detector, [body.q], body.target, list(state.served()))[0].language
     route, _ = state.route(source, body.target)
     options = Options(
-        beam_size=body.beam_size, max_length=body.max_length, glossary=body.glossary, keep=tuple(body.keep or ())
+        beam_size=body.beam_size,
+        max_length=body.max_length,
+        glossary=body.glossary,
+        keep=tuple(body.keep or ()),
+        raw=body.raw,
     )
     check_options(state.settings, options)
     filters = Filters(body.kinds, body.layers, body.heads)

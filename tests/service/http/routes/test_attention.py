@@ -330,3 +330,17 @@ def test_a_forced_target_has_no_span_path(mangling: TestClient) -> None:
 
 def test_the_schema_names_every_path() -> None:
     assert get_args(SpanPath) == PATHS
+
+
+def test_raw_is_the_whole_text_as_given(server: Server, tiny_bundle: Path) -> None:
+    tok = load_bundle(tiny_bundle).tokenizer
+    text = " Open %s\nSave 42 "
+    body = attention(server, q=text, raw=True, target_text="%sを開く\n保存", kinds=["cross"])
+    (segment,) = body["segments"]
+    assert segment["model_input"] == text and segment["source_offsets"] == [0, len(text)]
+    assert body["source_tokens"] == tok.pieces(tok.encode_source(text))
+    assert body["target_tokens"] == tok.pieces(tok.encode_target("%sを開く\n保存"))
+    assert body["translatedText"] == tok.decode(tok.encode_target("%sを開く\n保存"))
+    with server.client() as c:
+        r = c.post("/attention", json={"q": text, "source": "en", "target": "ja", "raw": True, "keep": ["Save"]})
+    assert r.status_code == 422 and "raw" in r.json()["error"], r.text

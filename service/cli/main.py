@@ -134,7 +134,8 @@ def local(args: argparse.Namespace, settings: Settings) -> int:
             texts = [t.text for t in engine.translate_now(args.text, options)]
             print(json.dumps(texts, ensure_ascii=False) if args.json else "\n".join(texts))
             return 0
-        print_attention(engine.attention_now(args.text, options, Filters(), args.target_text))
+        (result,) = engine.attention_now([args.text], options, Filters(), [args.target_text])
+        print_attention(result)
         return 0
     except (BundleError, ServiceError) as e:
         print(f"attnserve: {e}", file=sys.stderr)

@@ -162,20 +162,23 @@ class AttentionRequest(BaseModel):
                 {"q": "Settings", "source": "en", "target": "ja", "layers": [0], "heads": [0, 1]},
                 {"q": "Open %s\nSave", "source": "en", "target": "ja", "kinds": ["cross"], "layers": [0], "heads": [0]},
                 {"q": "Open %s\nSave", "source": "en", "target": "ja", "target_text": "%sを開く\n保存"},
+                {"q": ["Open file", "Settings"], "source": "en", "target": "ja", "kinds": ["cross"], "raw": True},
             ]
         },
     )
 
-    q: str = Field(
-        description="One text (not empty: 400), cut into lines and sentences and its protected spans masked as "
-        "/translate does: the translation is /translate's."
+    q: str | list[str] = Field(
+        description="A text (not empty: 400), cut into lines and sentences and its protected spans masked as "
+        "/translate does: the translation is /translate's; or a list of texts, answered by a list of answers in "
+        "the same order, each the answer its text gets alone."
     )
     source: str = "auto"
     target: str
-    target_text: str | None = Field(
+    target_text: str | list[str] | None = Field(
         None,
         description="Force-decode this translation instead of searching: the same lines with text as q (and the "
-        "same sentences on a line q's layout cuts into sentences), else 422.",
+        "same sentences on a line q's layout cuts into sentences), else 422; with a list q, a list of as many "
+        "(each forcing its text).",
     )
     glossary: dict[str, str] | None = Field(None, description="As /translate's.")
     keep: list[str] | None = Field(None, description="As /translate's.")

@@ -34,7 +34,7 @@ from service.serving.core_sharing import WhileSaturated
 from service.serving.explain import explaining
 from service.serving.restoring import ForcingRunner, Restored, restore_spans, worst
 from service.serving.scheduler import DeadlineExceeded, Scheduler, StepStats
-from service.serving.steps import Step, carried, carried_now
+from service.serving.steps import Step, carried, carried_now, together
 from service.serving.translation import (
     AttentionResult,
     Details,
@@ -394,42 +394,63 @@ class Engine:
 
     async def attention(
         self,
-        text: str,
+        texts: Sequence[str],
         options: Options,
         filters: Filters,
-        target_text: str | None = None,
+        target_texts: Sequence[str | None] | None = None,
         gone: Gone | None = None,
         arrival: float | None = None,
-    ) -> AttentionResult:
-        """Translate (or force-decode ``target_text``) one text on the exact graphs, with its attention weights: the
-        text is cut into segments and its spans masked as :meth:`translate` does, so it gets the same translation.
+    ) -> list[AttentionResult]:
+        """Translate (or force-decode each text's ``target_texts`` entry, None: search) texts on the exact graphs,
+        with their attention weights: each text is cut into segments and its spans masked as :meth:`translate` does,
+        so it gets the same translation. The texts' segments decode together; each text's answer is the one it gets
+        alone.
 
         Raises:
             NoSuchIndex: a layer or head in ``filters`` that the model does not have.
-            TooLarge: the text or the target text is over a limit, or its weights over the memory budget.
-            LayoutMismatch: ``target_text`` is not laid out as the text (service/text/forced.py).
+            TooLarge: a text or a target text is over a limit, or the weights over the memory budget.
+            LayoutMismatch: a target text is not laid out as its text (service/text/forced.py).
             QueueFull, DeadlineExceeded, ClientGone: as :meth:`translate`.
         """
-        prepared, requests = self._attention_requests(text, options, filters, target_text)
+        steps, requests, size = self._explaining(texts, options, filters, target_texts)
         check_servable(requests, self.settings)  # a constrained re-decode redoes some of these, within their bounds
         deadline = (arrival or time.monotonic()) + self.settings.request_timeout_s
-        recover = target_text is None
 
         def sent(step: list[DecodeRequest]) -> Awaitable[list[DecodeResult]]:
             return self._sent(step, True, gone, deadline)
 
-        async with self.budget.hold(self._attention_bytes(prepared, requests, filters, recover), deadline):
-            steps = explaining(self.text, self.runners.forced, self.bundle.spec, prepared, requests, filters, recover)
+        async with self.budget.hold(size, deadline):
             return await carried(steps, sent)
 
     def attention_now(
-        self, text: str, options: Options, filters: Filters, target_text: str | None = None
-    ) -> AttentionResult:
-        """:meth:`attention` without a scheduler (the command line)."""
-        prepared, requests = self._attention_requests(text, options, filters, target_text)
-        spec, recover = self.bundle.spec, target_text is None
-        steps = explaining(self.text, self.runners.forced, spec, prepared, requests, filters, recover)
+        self,
+        texts: Sequence[str],
+        options: Options,
+        filters: Filters,
+        target_texts: Sequence[str | None] | None = None,
+    ) -> list[AttentionResult]:
+        """:meth:`attention` without a scheduler (the command line): the texts' segments decode together."""
+        steps, _, _ = self._explaining(texts, options, filters, target_texts)
         return carried_now(steps, partial(self._decode_now, exact=True))
+
+    def _explaining(
+        self,
+        texts: Sequence[str],
+        options: Options,
+        filters: Filters,
+        target_texts: Sequence[str | None] | None,
+    ) -> tuple[Generator[Step, list[DecodeResult], list[AttentionResult]], list[DecodeRequest], int]:
+        """The texts' /attention work as one step generator (service/serving/steps.py's ``together``), every
+        request of their first decode, and the bytes they hold (:meth:`_attention_bytes`)."""
+        spec, forced = self.bundle.spec, self.runners.forced
+        answers, everything, size = [], [], 0
+        for text, target in zip(texts, target_texts or [None] * len(texts), strict=True):
+            prepared, requests = self._attention_requests(text, options, filters, target)
+            recover = target is None
+            answers.append(explaining(self.text, forced, spec, prepared, requests, filters, recover))
+            everything += requests
+            size += self._attention_bytes(prepared, requests, filters, recover)
+        return together(answers), everything, size
 
     def _attention_bytes(
         self, prepared: Prepared, requests: list[DecodeRequest], filters: Filters, recover: bool

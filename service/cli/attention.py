@@ -9,7 +9,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -21,7 +21,7 @@ KINDS = ("encoder", "decoder", "cross")
 T = TypeVar("T")
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "attention",
         help="attention weights of a text, or of a file of texts to JSON Lines",

@@ -103,13 +103,17 @@ def test_the_default_path_is_not_raw(work: Path) -> None:
 # models not trained with alignments: the last layer's first head).
 
 
-@pytest.fixture(scope="module")
-def packaged(work: Path) -> Iterator[tuple[Path, Server]]:
-    spm = tiny_spm(work / "argos-spm")
-    (work / "argos").mkdir()
-    package = onmt_package(work / "argos", spm, None, {"add_source_bos": True, "add_source_eos": True}, seed=4)
-    assert main(["import-argos", str(package), str(work / "argos-bundle")]) == 0
-    with Server(Settings(bundles=[work / "argos-bundle"], max_wait_ms=5)) as server:
+CONFIGS = {"bare": {}, "bos-eos": {"add_source_bos": True, "add_source_eos": True}}  # model/config.json's
+
+
+@pytest.fixture(scope="module", params=list(CONFIGS))
+def packaged(work: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Path, Server]]:
+    name = request.param
+    spm = tiny_spm(work / f"argos-spm-{name}")
+    (work / f"argos-{name}").mkdir()
+    package = onmt_package(work / f"argos-{name}", spm, None, CONFIGS[name], seed=4)
+    assert main(["import-argos", str(package), str(work / f"argos-bundle-{name}")]) == 0
+    with Server(Settings(bundles=[work / f"argos-bundle-{name}"], max_wait_ms=5)) as server:
         yield package, server
 
 
@@ -131,8 +135,9 @@ def test_imported_argos_package_equals_ctranslate2(packaged: tuple[Path, Server]
     package, server = packaged
     pieces, want = ctranslate2_attention(package, text, target_text)
     got = raw_attention(server, text, target_text)
-    assert got["source_tokens"] == ["<s>", *pieces, "</s>"]  # config.json's add_source_bos and add_source_eos
     config = json.loads((package / "model" / "config.json").read_text())
-    assert config["add_source_bos"] and config["add_source_eos"]
+    bos, eos = ["<s>"] * config.get("add_source_bos", False), ["</s>"] * config.get("add_source_eos", False)
+    assert got["source_tokens"] == [*bos, *pieces, *eos]  # argos-translate's pieces, and what config.json adds
     cross = np.array(got["cross"])[-1, 0, : len(want)]  # the last layer's first head: this model's alignment
-    np.testing.assert_allclose(cross[:, 1:-1], want, atol=ATOL, rtol=0)  # CTranslate2 leaves out <s> and </s>
+    cross = cross[:, len(bos) : cross.shape[1] - len(eos)]  # CTranslate2 leaves out the <s> and </s> it adds
+    np.testing.assert_allclose(cross, want, atol=ATOL, rtol=0)

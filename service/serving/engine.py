@@ -12,6 +12,7 @@ import asyncio
 import copy
 import logging
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
@@ -29,6 +30,7 @@ from service.runtime.runner import Runner, trim_memory
 from service.serving.admission import check_servable
 from service.serving.budget import Budget, MiB, answer_bytes, request_bytes
 from service.serving.cache import LruCache, through_cache
+from service.serving.catalog import pair_label
 from service.serving.confidence import Calibration, Evidence, coverage, is_content
 from service.serving.core_sharing import WhileSaturated
 from service.serving.explain import explaining
@@ -198,6 +200,11 @@ class Engine:
         return self.bundle.source_lang, self.target
 
     @property
+    def label(self) -> str:
+        """The pair as metrics label it (``en-de``)."""
+        return pair_label(self.pair)
+
+    @property
     def provider(self) -> str:
         """The execution provider the exact graphs run on."""
         return self.runners.exact.provider
@@ -256,6 +263,14 @@ class Engine:
     def active_sequences(self) -> int:
         """Rows being decoded."""
         return sum(s.active_sequences for s in self._unique_schedulers())
+
+    def queued_by_pair(self) -> Counter[str]:
+        """:attr:`queue_depth` by pair label (a multi-target bundle's pairs share the schedulers)."""
+        return sum((s.queued_by_pair() for s in self._unique_schedulers()), Counter())
+
+    def rows_by_pair(self) -> Counter[str]:
+        """:attr:`active_sequences` by pair label."""
+        return sum((s.rows_by_pair() for s in self._unique_schedulers()), Counter())
 
     async def translate(
         self, texts: Sequence[str], options: Options, gone: Gone | None = None, arrival: float | None = None
@@ -523,7 +538,7 @@ class Engine:
         group = self.schedulers["exact" if self._exact(requests, exact) else "fast"]
         scheduler = group[0] if len(group) == 1 else min(group, key=lambda s: s.queue_depth + s.active_sequences)
         timeout = self.settings.request_timeout_s
-        futures = scheduler.submit_many(requests, timeout, deadline - timeout)
+        futures = scheduler.submit_many(requests, timeout, deadline - timeout, self.label)
         try:
             wait = 1.0
             while True:

@@ -14,6 +14,7 @@ from service.errors import TooLarge
 from service.formats import accepted, format_for
 from service.formats.base import Translate, batched
 from service.http.errors import InvalidField, MalformedBody, UnsupportedFormat
+from service.http.middleware import count_under
 from service.http.openapi import ERRORS
 from service.http.schemas import TranslateFileResponse
 from service.http.state import state_of
@@ -97,6 +98,7 @@ async def translate_upload(request: Request, form: FormData) -> JSONResponse:
     if not target:
         raise InvalidField("target: missing; send the target language code, as GET /languages lists it")
     route, _ = state.route(field("source") or "auto", target)
+    count_under(request, route.pair)
     data = await upload.read(settings.max_file_bytes + 1)
     if len(data) > settings.max_file_bytes:
         limit = settings.max_file_bytes

@@ -65,9 +65,11 @@ def test_pairs_load_on_first_use_and_the_least_recently_used_unloads_under_the_b
         text = c.get("/metrics").text
     assert metric(text, 'attnserve_pairs{state="loaded"}') == 2
     assert metric(text, 'attnserve_pairs{state="unloaded"}') == 1
-    assert metric(text, "attnserve_model_loads_total") == 4
-    assert metric(text, "attnserve_model_unloads_total") == 2
-    assert metric(text, "attnserve_model_load_seconds_count") == 4
+    assert metric(text, 'attnserve_model_loads_total{pair="en-ja"}') == 2
+    assert metric(text, 'attnserve_model_loads_total{pair="ja-en"}') == 1
+    assert metric(text, 'attnserve_model_unloads_total{pair="en-ja"}') == 1
+    assert metric(text, 'attnserve_model_unloads_total{pair="ja-en"}') == 1
+    assert metric(text, 'attnserve_model_load_seconds_count{pair="en-de"}') == 1
     assert 'attnserve_model_info{name="tiny-ja-en"' not in text and 'attnserve_model_info{name="tiny-en-ja"' in text
 
 

@@ -153,7 +153,8 @@ def test_per_key_limits_on_a_server(make_server: ServerFactory, tmp_path: Path) 
 
         assert post("wrong")[0] == 403
         metrics = c.get("/metrics").text
-    rejected = {ln.split('"')[1]: float(ln.split()[-1]) for ln in metrics.splitlines() if "rejected_total{" in ln}
+    rejected = {ln.split('reason="')[1].split('"')[0]: float(ln.split()[-1]) for ln in metrics.splitlines()
+                if 'rejected_total{pair=""' in ln}  # fmt: skip
     assert rejected["rate_limited"] == 2 and rejected["key_limited"] == 3 and rejected["auth"] == 1
     assert not any(key in metrics for key in limits)
 

@@ -153,9 +153,10 @@ class Settings(BaseSettings):
     memory_budget_mb: int = Field(
         512,
         ge=16,
-        description="Memory that requests in flight may hold together (attention weights collected for /attention "
-        "and return_details; tokens and scores), from queueing until their answer is built. Requests beyond it "
-        "wait until their deadline, then get 503 + Retry-After; one that needs more than all of it gets 413.",
+        description="Memory that requests in flight may hold together, every pair's in one budget for the process "
+        "(attention weights collected for /attention and return_details; tokens and scores), from queueing until "
+        "their answer is built. Requests beyond it wait until their deadline, then get 503 + Retry-After; one that "
+        "needs more than all of it gets 413.",
     )
 
     memory_trim_interval_s: float = Field(
@@ -180,9 +181,9 @@ class Settings(BaseSettings):
     cache_mb: int = Field(
         0,
         ge=0,
-        description="Memory for /translate's response cache: a text already translated with the same options is "
-        "answered from it, least recently used dropped first (per language pair; return_details answers are not "
-        "cached). 0 = off.",
+        description="Memory for /translate's response cache, one for the process: a text already translated with "
+        "the same pair and options is answered from it, least recently used dropped first, whatever its pair "
+        "(return_details answers are not cached). 0 = off.",
     )
 
     max_chars: int = Field(5000, ge=1, description="Characters per text (413 beyond).")

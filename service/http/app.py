@@ -32,7 +32,7 @@ from service.serving import startup
 from service.serving.budget import MiB
 from service.serving.catalog import Pair, pair_label, pairs_of
 from service.serving.core_sharing import WhileSaturated
-from service.serving.engine import Engine, Runners
+from service.serving.engine import Engine, Pooled, Runners
 from service.serving.pairs import Hooks, PairRegistry
 from service.settings import Settings
 
@@ -75,7 +75,7 @@ async def start(state: State, bundles: list[Bundle], on_fatal: Callable[[str], N
         loaded=lambda pairs, seconds: metrics.observe_load(labels(pairs), seconds),
         unloaded=lambda pairs: metrics.observe_unload(labels(pairs)),
     )
-    load, unload = partial(load_engine, state, saturation), partial(unload_engine, state)
+    load, unload = partial(load_engine, state, saturation, Pooled.of(settings)), partial(unload_engine, state)
     registry = PairRegistry[Engine](bundles, load, unload, settings.models_memory_mb * MiB, hooks)
     metrics.track_queues(partial(pair_queues, registry, settings.queue_size * settings.decode_threads))
     metrics.track_pairs(registry.pair_states)
@@ -110,12 +110,15 @@ def pair_queues(registry: PairRegistry[Engine], capacity: int) -> dict[str, Pair
     return {p: PairQueue(depth[p], rows[p], capacity) for p in labels(registry.pairs)}
 
 
-async def load_engine(state: State, saturation: WhileSaturated | None, bundle: Bundle) -> dict[Pair, Engine]:
+async def load_engine(
+    state: State, saturation: WhileSaturated | None, pooled: Pooled, bundle: Bundle
+) -> dict[Pair, Engine]:
     """A bundle's engines by pair: its runners (on a thread), its schedulers started, warmed up when ``warmup`` is
-    on; one engine a target, sharing them (a multi-target bundle)."""
+    on; one engine a target, sharing them (a multi-target bundle); every bundle's engines share ``pooled``, the
+    process's memory budget and response cache."""
     settings, metrics = state.settings, state.metrics
     runners = await asyncio.to_thread(Runners.build, bundle, settings)
-    engine = Engine(bundle, settings, runners)
+    engine = Engine(bundle, settings, runners, pooled=pooled)
     await engine.start(
         on_step=metrics.observe_step,
         on_input=metrics.input_tokens.inc,

@@ -105,6 +105,22 @@ class Runners:
         return cls(exact, exact, forced)
 
 
+@dataclass(frozen=True)
+class Pooled:
+    """What every engine of a process shares: the memory that requests in flight may hold (``memory_budget_mb``)
+    and the response cache (``cache_mb``; None: off)."""
+
+    budget: Budget
+    cache: LruCache[Translation] | None
+
+    @classmethod
+    def of(cls, settings: Settings) -> Pooled:
+        """A budget and a cache of the settings' sizes. The heap's free memory goes back to the system when the
+        budget is unused, and every memory_trim_interval_s under load."""
+        budget = Budget(settings.memory_budget_mb * MiB, trim=trim_memory, trim_every_s=settings.memory_trim_interval_s)
+        return cls(budget, LruCache[Translation](settings.cache_mb * MiB) if settings.cache_mb else None)
+
+
 def _ignore(*_: int) -> None:
     pass
 
@@ -122,9 +138,18 @@ class Engine:
     request goes to the least busy one.
     """
 
-    def __init__(self, bundle: Bundle, settings: Settings, runners: Runners, target: str | None = None) -> None:
+    def __init__(
+        self,
+        bundle: Bundle,
+        settings: Settings,
+        runners: Runners,
+        target: str | None = None,
+        pooled: Pooled | None = None,
+    ) -> None:
         """Args:
             target: which of the bundle's targets this engine translates into (default its first).
+            pooled: the process's memory budget and response cache, shared with its other engines (default its
+                own, of the settings' sizes).
 
         Raises:
             UnknownPair: the bundle has no such target.
@@ -135,16 +160,15 @@ class Engine:
         self.tokenizer = bundle.tokenizer
         self.runners = runners
         self.schedulers: dict[str, list[Scheduler]] = {}  # "exact", "fast": one per decoding thread
-        # What requests in flight hold (service/serving/budget.py); the heap's free memory goes back to the system when
-        # none is left, and every memory_trim_interval_s under load.
-        self.budget = Budget(
-            settings.memory_budget_mb * MiB, trim=trim_memory, trim_every_s=settings.memory_trim_interval_s
-        )
+        pooled = pooled or Pooled.of(settings)
+        self.budget = pooled.budget  # what requests in flight hold (service/serving/budget.py)
+        # Translations of texts already translated with the same options (service/serving/cache.py), under this
+        # engine's own key: a bundle loaded again, or another bundle for the pair, never answers with its entries.
+        self.cache = pooled.cache
+        self._entries = object()
         self._on_input: Callable[[int], object] = _ignore
         self._on_cache: Callable[[int, int], object] = _ignore
         self._on_spans: Callable[[list[str]], object] = _ignore_paths
-        # Translations of texts already translated with the same options (service/serving/cache.py); None: off.
-        self.cache = LruCache[Translation](settings.cache_mb * MiB) if settings.cache_mb else None
         calibration = bundle.manifest.get("calibration")  # absent: no confidence, default flag thresholds
         self.calibration = Calibration.from_manifest(calibration, bundle.spec.n_decoder_layers, bundle.name)
         spec = bundle.spec  # the target vocabulary as a constrained re-decode reads it (service/decoding/constraint.py)
@@ -169,8 +193,8 @@ class Engine:
         )
 
     def for_target(self, target: str) -> Engine:
-        """An engine for another of the bundle's targets that shares this one's runners, schedulers, memory budget
-        and response cache (call it after :meth:`start`; only this engine is started and stopped).
+        """An engine for another of the bundle's targets that shares this one's runners and schedulers (call it
+        after :meth:`start`; only this engine is started and stopped).
 
         Raises:
             UnknownPair: the bundle has no such target.
@@ -301,7 +325,7 @@ class Engine:
         def translate(missing: list[str]) -> Awaitable[list[Translation]]:
             return self._translate(missing, options, gone, arrival)
 
-        key = (self.target, cache_key(options))  # the cache is shared by a bundle's targets
+        key = (self._entries, self.target, cache_key(options))
         out, missing = await through_cache(self.cache, texts, key, translate, translation_strings)
         self._on_cache(len(texts) - missing, missing)
         return out

@@ -214,18 +214,23 @@ class Settings(BaseSettings):
     )
 
     api_keys: Annotated[list[str], NoDecode] = Field(
-        default_factory=list, description="If set, /translate and /attention need one of these keys."
+        default_factory=list,
+        description="If set, /translate, /attention, /detect and /translate_file need one of these keys (api_key, or "
+        "Authorization: Bearer); /languages, /frontend/settings, /download_file, /healthz, /readyz and /metrics "
+        "never do.",
     )
     api_keys_file: Path | None = Field(
         None,
         description="A file of API keys: one per line (# comments), or JSON with per-key limits "
-        '({"<key>": {"requests_per_minute": N, "chars_per_request": M, "chars_per_minute": C}}, each optional); '
-        "re-read when it changes.",
+        '({"<key>": {"requests_per_minute": N, "chars_per_request": M, "chars_per_minute": C}}, each optional) on '
+        "the endpoints api_keys guards (a /translate_file upload counts one request and the characters it "
+        "translates); re-read when it changes.",
     )
     requests_per_minute: int | None = Field(
         None,
         ge=1,
-        description="Requests a minute per client address when no API keys are set (a list of n texts counts n); "
+        description="Requests a minute per client address on /translate, /attention, /detect and /translate_file "
+        "when no API keys are set (a list of n texts counts n); "
         "unset = no limit. Behind a proxy, X-Forwarded-For counts when it comes from FORWARDED_ALLOW_IPS "
         "(uvicorn's).",
     )

@@ -278,22 +278,13 @@ class Engine:
     def _unique_schedulers(self) -> list[Scheduler]:
         return list({id(s): s for group in self.schedulers.values() for s in group}.values())
 
-    @property
-    def queue_depth(self) -> int:
-        """Texts waiting in the schedulers' queues."""
-        return sum(s.queue_depth for s in self._unique_schedulers())
-
-    @property
-    def active_sequences(self) -> int:
-        """Rows being decoded."""
-        return sum(s.active_sequences for s in self._unique_schedulers())
-
     def queued_by_pair(self) -> Counter[str]:
-        """:attr:`queue_depth` by pair label (a multi-target bundle's pairs share the schedulers)."""
+        """Texts waiting in the schedulers' queues, by pair label (a multi-target bundle's pairs share the
+        schedulers)."""
         return sum((s.queued_by_pair() for s in self._unique_schedulers()), Counter())
 
     def rows_by_pair(self) -> Counter[str]:
-        """:attr:`active_sequences` by pair label."""
+        """Rows being decoded, by pair label."""
         return sum((s.rows_by_pair() for s in self._unique_schedulers()), Counter())
 
     async def translate(

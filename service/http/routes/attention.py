@@ -16,6 +16,7 @@ from service.http.auto import detect_sources
 from service.http.body import parse_body
 from service.http.errors import EmptyText
 from service.http.limits import check_options
+from service.http.middleware import count_under
 from service.http.openapi import ERRORS, request_body
 from service.http.schemas import AttentionRequest, AttentionResponse
 from service.http.state import state_of
@@ -45,6 +46,7 @@ async def attention(request: Request) -> Response:
     if source == "auto":
         source = detect_sources(state.detector, [body.q], body.target, list(state.served()))[0].language
     route, _ = state.route(source, body.target)
+    count_under(request, route.pair)
     options = Options(
         beam_size=body.beam_size, max_length=body.max_length, glossary=body.glossary, keep=tuple(body.keep or ())
     )

@@ -12,6 +12,7 @@ import asyncio
 import copy
 import logging
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
@@ -29,6 +30,7 @@ from service.runtime.runner import Runner, trim_memory
 from service.serving.admission import check_servable
 from service.serving.budget import Budget, MiB, answer_bytes, request_bytes
 from service.serving.cache import LruCache, through_cache
+from service.serving.catalog import pair_label
 from service.serving.confidence import Calibration, Evidence, coverage, is_content
 from service.serving.core_sharing import WhileSaturated
 from service.serving.explain import explaining
@@ -103,6 +105,22 @@ class Runners:
         return cls(exact, exact, forced)
 
 
+@dataclass(frozen=True)
+class Pooled:
+    """What every engine of a process shares: the memory that requests in flight may hold (``memory_budget_mb``)
+    and the response cache (``cache_mb``; None: off)."""
+
+    budget: Budget
+    cache: LruCache[Translation] | None
+
+    @classmethod
+    def of(cls, settings: Settings) -> Pooled:
+        """A budget and a cache of the settings' sizes. The heap's free memory goes back to the system when the
+        budget is unused, and every memory_trim_interval_s under load."""
+        budget = Budget(settings.memory_budget_mb * MiB, trim=trim_memory, trim_every_s=settings.memory_trim_interval_s)
+        return cls(budget, LruCache[Translation](settings.cache_mb * MiB) if settings.cache_mb else None)
+
+
 def _ignore(*_: int) -> None:
     pass
 
@@ -120,9 +138,18 @@ class Engine:
     request goes to the least busy one.
     """
 
-    def __init__(self, bundle: Bundle, settings: Settings, runners: Runners, target: str | None = None) -> None:
+    def __init__(
+        self,
+        bundle: Bundle,
+        settings: Settings,
+        runners: Runners,
+        target: str | None = None,
+        pooled: Pooled | None = None,
+    ) -> None:
         """Args:
             target: which of the bundle's targets this engine translates into (default its first).
+            pooled: the process's memory budget and response cache, shared with its other engines (default its
+                own, of the settings' sizes).
 
         Raises:
             UnknownPair: the bundle has no such target.
@@ -133,16 +160,15 @@ class Engine:
         self.tokenizer = bundle.tokenizer
         self.runners = runners
         self.schedulers: dict[str, list[Scheduler]] = {}  # "exact", "fast": one per decoding thread
-        # What requests in flight hold (service/serving/budget.py); the heap's free memory goes back to the system when
-        # none is left, and every memory_trim_interval_s under load.
-        self.budget = Budget(
-            settings.memory_budget_mb * MiB, trim=trim_memory, trim_every_s=settings.memory_trim_interval_s
-        )
+        pooled = pooled or Pooled.of(settings)
+        self.budget = pooled.budget  # what requests in flight hold (service/serving/budget.py)
+        # Translations of texts already translated with the same options (service/serving/cache.py), under this
+        # engine's own key: a bundle loaded again, or another bundle for the pair, never answers with its entries.
+        self.cache = pooled.cache
+        self._entries = object()
         self._on_input: Callable[[int], object] = _ignore
         self._on_cache: Callable[[int, int], object] = _ignore
         self._on_spans: Callable[[list[str]], object] = _ignore_paths
-        # Translations of texts already translated with the same options (service/serving/cache.py); None: off.
-        self.cache = LruCache[Translation](settings.cache_mb * MiB) if settings.cache_mb else None
         calibration = bundle.manifest.get("calibration")  # absent: no confidence, default flag thresholds
         self.calibration = Calibration.from_manifest(calibration, bundle.spec.n_decoder_layers, bundle.name)
         spec = bundle.spec  # the target vocabulary as a constrained re-decode reads it (service/decoding/constraint.py)
@@ -167,8 +193,8 @@ class Engine:
         )
 
     def for_target(self, target: str) -> Engine:
-        """An engine for another of the bundle's targets that shares this one's runners, schedulers, memory budget
-        and response cache (call it after :meth:`start`; only this engine is started and stopped).
+        """An engine for another of the bundle's targets that shares this one's runners and schedulers (call it
+        after :meth:`start`; only this engine is started and stopped).
 
         Raises:
             UnknownPair: the bundle has no such target.
@@ -196,6 +222,11 @@ class Engine:
     def pair(self) -> tuple[str, str]:
         """(source language, target language)."""
         return self.bundle.source_lang, self.target
+
+    @property
+    def label(self) -> str:
+        """The pair as metrics label it (``en-de``)."""
+        return pair_label(self.pair)
 
     @property
     def provider(self) -> str:
@@ -247,15 +278,14 @@ class Engine:
     def _unique_schedulers(self) -> list[Scheduler]:
         return list({id(s): s for group in self.schedulers.values() for s in group}.values())
 
-    @property
-    def queue_depth(self) -> int:
-        """Texts waiting in the schedulers' queues."""
-        return sum(s.queue_depth for s in self._unique_schedulers())
+    def queued_by_pair(self) -> Counter[str]:
+        """Texts waiting in the schedulers' queues, by pair label (a multi-target bundle's pairs share the
+        schedulers)."""
+        return sum((s.queued_by_pair() for s in self._unique_schedulers()), Counter())
 
-    @property
-    def active_sequences(self) -> int:
-        """Rows being decoded."""
-        return sum(s.active_sequences for s in self._unique_schedulers())
+    def rows_by_pair(self) -> Counter[str]:
+        """Rows being decoded, by pair label."""
+        return sum((s.rows_by_pair() for s in self._unique_schedulers()), Counter())
 
     async def translate(
         self, texts: Sequence[str], options: Options, gone: Gone | None = None, arrival: float | None = None
@@ -286,7 +316,7 @@ class Engine:
         def translate(missing: list[str]) -> Awaitable[list[Translation]]:
             return self._translate(missing, options, gone, arrival)
 
-        key = (self.target, cache_key(options))  # the cache is shared by a bundle's targets
+        key = (self._entries, self.target, cache_key(options))
         out, missing = await through_cache(self.cache, texts, key, translate, translation_strings)
         self._on_cache(len(texts) - missing, missing)
         return out
@@ -544,7 +574,7 @@ class Engine:
         group = self.schedulers["exact" if self._exact(requests, exact) else "fast"]
         scheduler = group[0] if len(group) == 1 else min(group, key=lambda s: s.queue_depth + s.active_sequences)
         timeout = self.settings.request_timeout_s
-        futures = scheduler.submit_many(requests, timeout, deadline - timeout)
+        futures = scheduler.submit_many(requests, timeout, deadline - timeout, self.label)
         try:
             wait = 1.0
             while True:

@@ -16,6 +16,7 @@ from service.http.auto import detect_sources
 from service.http.body import parse_body
 from service.http.errors import EmptyText, InvalidField
 from service.http.limits import check_options, check_texts
+from service.http.middleware import count_under
 from service.http.openapi import ERRORS, request_body
 from service.http.schemas import AttentionRequest, AttentionResponse
 from service.http.state import state_of
@@ -60,6 +61,7 @@ async def attention(request: Request) -> Response:
     for i, source in enumerate(sources):
         groups.setdefault(source, []).append(i)
     routes = {source: state.route(source, body.target)[0] for source in groups}  # every pair checked first
+    count_under(request, routes[sources[0]].pair)
     check_options(state.settings, options)
     filters = Filters(body.kinds, body.layers, body.heads)
     gone = request.is_disconnected

@@ -14,6 +14,7 @@ from service.http.auto import detect_sources, translate_auto
 from service.http.errors import InvalidField
 from service.http.lean import LeanRoute, OrjsonResponse, json_body
 from service.http.limits import check_options, check_texts
+from service.http.middleware import count_under
 from service.http.openapi import ERRORS, request_body
 from service.http.schemas import TranslateRequest, TranslateResponse
 from service.http.state import state_of
@@ -39,6 +40,8 @@ async def translate(request: Request) -> OrjsonResponse:
     state.admission.check(request, body.api_key, body.q)
     routes = state.served()  # 503 while loading, whatever the source
     route = None if body.source == "auto" else state.route(body.source, body.target)[0]  # auto: per text, below
+    if route is not None:
+        count_under(request, route.pair)
     texts = [body.q] if isinstance(body.q, str) else body.q
     check_texts(state.settings, texts)
     if route is None:
@@ -64,6 +67,7 @@ async def translate(request: Request) -> OrjsonResponse:
         translations, detected = await translate_auto(
             routes, state.detector, texts, body.target, options, gone, arrival
         )
+        count_under(request, (detected[0].language, body.target))
     else:
         translations = await route.translate(texts, options, request.is_disconnected, arrival)
     return OrjsonResponse(answer(body, translations, detected))  # already TranslateResponse's: no second validation
@@ -82,7 +86,9 @@ async def translate_pages(
     plain = replace(options, alternatives=0, details=False)
     translations = []
     for page, source in zip(pages, sources, strict=True):
-        units = html_translator(state.route(source, body.target)[0], plain, state.settings.max_texts, arrival)
+        route = state.route(source, body.target)[0]
+        count_under(request, route.pair)
+        units = html_translator(route, plain, state.settings.max_texts, arrival)
         translations.append(Translation(await translate_html(page, units), [], None))
     return translations, detected
 

@@ -72,7 +72,7 @@ def test_a_caller_that_went_away_frees_its_rows(make_server: ServerFactory) -> N
         """Rows being decoded and texts queued: between two texts no row is active, but the queue is not empty."""
         with server.client() as c:
             lines = c.get("/metrics").text.splitlines()
-        gauges = ("attnserve_active_sequences ", "attnserve_queue_depth ")
+        gauges = ("attnserve_active_sequences{", "attnserve_queue_depth{")
         return sum(float(ln.split()[1]) for ln in lines if ln.startswith(gauges))
 
     with pytest.raises(httpx.ReadTimeout), server.client(timeout=0.3) as c:

@@ -16,6 +16,7 @@ from service.http.limits import check_options, check_texts
 from service.http.openapi import ERRORS, request_body
 from service.http.schemas import TranslateRequest, TranslateResponse
 from service.http.state import state_of
+from service.serving.alignment import DEFAULT, Rule
 from service.serving.route import Route
 from service.serving.translation import Details, Hop, Options, Translation, check_unicode
 from service.text.detect import Detection
@@ -50,6 +51,7 @@ async def translate(request: Request) -> OrjsonResponse:
         details=body.return_details,
         glossary=body.glossary,
         keep=tuple(body.keep or ()),
+        alignments=body.alignments,
     )
     check_options(state.settings, options)
     detected: list[Detection] | None = None
@@ -75,7 +77,7 @@ async def translate_pages(
     if body.source == "auto":
         detected = detect_sources(state.detector, pages, body.target, list(state.served()))
         sources = [d.language for d in detected]
-    plain = replace(options, alternatives=0, details=False)
+    plain = replace(options, alternatives=0, details=False, alignments=False)
     translations = []
     for page, source in zip(pages, sources, strict=True):
         units = html_translator(state.route(source, body.target)[0], plain, state.settings.max_texts, arrival)
@@ -110,7 +112,22 @@ def answer(body: TranslateRequest, translations: list[Translation], detected: li
     if body.return_details:
         details = [translation_details(t) for t in translations]
         out["details"] = details[0] if one else details
+    if body.alignments:
+        rule = alignment_rule(body)
+        links = [None if t.alignable is None else links_json(t.alignable.links(rule)) for t in translations]
+        out["alignments"] = links[0] if one else links
     return out
+
+
+def alignment_rule(body: TranslateRequest) -> Rule:
+    """The measured rule, with the request's layer and heads where it gives them."""
+    layer = DEFAULT.layer if body.alignment_layer is None else body.alignment_layer
+    heads = DEFAULT.heads if body.alignment_heads is None else tuple(body.alignment_heads)
+    return replace(DEFAULT, layer=layer, heads=heads)
+
+
+def links_json(links: list[tuple[tuple[int, int], tuple[int, int]]]) -> list[dict[str, list[int]]]:
+    return [{"source": list(s), "target": list(t)} for s, t in links]
 
 
 def translation_details(t: Translation) -> dict[str, Any]:

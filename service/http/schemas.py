@@ -204,6 +204,9 @@ class AttentionRequest(BaseModel):
         "(weight = byte × scale), {dtype, shape, data: base64 of the C-order little-endian bytes}: smaller, above "
         "all with Accept-Encoding: gzip.",
     )
+    alignments: bool = Field(False, description="Add word alignments, as /translate's.")
+    alignment_layer: int | None = Field(None, description="As /translate's.")
+    alignment_heads: list[int] | None = Field(None, min_length=1, description="As /translate's.")
 
 
 class EncodedArray(BaseModel):
@@ -262,6 +265,7 @@ class AttentionResponse(BaseModel):
     decoder: Weights | None = None
     cross: Weights | None = None
     segments: list[AttentionSegment]
+    alignments: list[WordLink] | None = Field(None, description="With alignments: as /translate's for one text.")
 
 
 class Language(BaseModel):

@@ -484,7 +484,8 @@ class Engine:
             return self._sent(step, True, gone, deadline)
 
         async with self.budget.hold(self._attention_bytes(prepared, requests, filters, recover), deadline):
-            steps = explaining(self.text, self.runners.forced, self.bundle.spec, prepared, requests, filters, recover)
+            spec, align = self.bundle.spec, (text, self.pair) if options.alignments else None
+            steps = explaining(self.text, self.runners.forced, spec, prepared, requests, filters, recover, align)
             return await carried(steps, sent)
 
     def attention_now(
@@ -493,7 +494,8 @@ class Engine:
         """:meth:`attention` without a scheduler (the command line)."""
         prepared, requests = self._attention_requests(text, options, filters, target_text)
         spec, recover = self.bundle.spec, target_text is None
-        steps = explaining(self.text, self.runners.forced, spec, prepared, requests, filters, recover)
+        align = (text, self.pair) if options.alignments else None
+        steps = explaining(self.text, self.runners.forced, spec, prepared, requests, filters, recover, align)
         return carried_now(steps, partial(self._decode_now, exact=True))
 
     def _attention_bytes(

@@ -133,12 +133,14 @@ class AttentionResult:
         heads: the heads returned (the same for every kind and segment).
         layers: per kind, in the order asked, the layers returned.
         segments: in the text's order.
+        alignable: what its word alignments are read from, if asked.
     """
 
     text: str
     heads: list[int]
     layers: dict[str, list[int]]
     segments: list[SegmentAttention]
+    alignable: Alignable | None = None
 
 
 def check_unicode(texts: Sequence[str]) -> None:

@@ -10,13 +10,13 @@ from fastapi import APIRouter, Request
 
 from service.formats.base import Translate
 from service.formats.html import translate_html
+from service.http.alignments import links_json, rule
 from service.http.auto import detect_sources, translate_auto
 from service.http.lean import LeanRoute, OrjsonResponse, json_body
 from service.http.limits import check_options, check_texts
 from service.http.openapi import ERRORS, request_body
 from service.http.schemas import TranslateRequest, TranslateResponse
 from service.http.state import state_of
-from service.serving.alignment import DEFAULT, Rule
 from service.serving.route import Route
 from service.serving.translation import Details, Hop, Options, Translation, check_unicode
 from service.text.detect import Detection
@@ -113,21 +113,10 @@ def answer(body: TranslateRequest, translations: list[Translation], detected: li
         details = [translation_details(t) for t in translations]
         out["details"] = details[0] if one else details
     if body.alignments:
-        rule = alignment_rule(body)
-        links = [None if t.alignable is None else links_json(t.alignable.links(rule)) for t in translations]
+        chosen = rule(body.alignment_layer, body.alignment_heads)
+        links = [links_json(t.alignable, chosen) for t in translations]
         out["alignments"] = links[0] if one else links
     return out
-
-
-def alignment_rule(body: TranslateRequest) -> Rule:
-    """The measured rule, with the request's layer and heads where it gives them."""
-    layer = DEFAULT.layer if body.alignment_layer is None else body.alignment_layer
-    heads = DEFAULT.heads if body.alignment_heads is None else tuple(body.alignment_heads)
-    return replace(DEFAULT, layer=layer, heads=heads)
-
-
-def links_json(links: list[tuple[tuple[int, int], tuple[int, int]]]) -> list[dict[str, list[int]]]:
-    return [{"source": list(s), "target": list(t)} for s, t in links]
 
 
 def translation_details(t: Translation) -> dict[str, Any]:

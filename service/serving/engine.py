@@ -331,9 +331,8 @@ class Engine:
         returns the translations."""
         self._check(texts)
         prepared = self.text.prepare(texts, options.glossary, options.keep)
-        attention = self._attention_rows(options)
         if prepared is None:
-            requests = [self._request(t, options, attention) for t in texts]
+            requests = [self._request(t, options, self._attention_rows(options)) for t in texts]
             results = yield requests
             if options.alignments:
                 yield from self._attend_best(requests, results)
@@ -341,7 +340,7 @@ class Engine:
             if options.alignments:
                 out = self._aligned(texts, out, self._plain_inputs(texts, out, results))
             return self._assessed(texts, out) if options.details else out
-        requests = [self._request(s.source, options, attention) for s in prepared.segments]
+        requests = self._segment_requests(prepared, options)
         results = yield requests
         restored = yield from restore_spans(self.text, self.runners.forced, prepared, requests, results)
         self._on_spans([p for p in restored.paths if p is not None])
@@ -355,6 +354,10 @@ class Engine:
         """Whether decoding collects attention rows: for details, and for alignments where no forced decoder can
         give the answering hypotheses' cross-attention after decoding."""
         return options.details or (options.alignments and self.runners.forced is None)
+
+    def _segment_requests(self, prepared: Prepared, options: Options) -> list[DecodeRequest]:
+        """One request a segment, on the fast graphs unless it needs attention rows (:meth:`_attention_rows`)."""
+        return [self._request(s.source, options, self._attention_rows(options)) for s in prepared.segments]
 
     def _attend_best(
         self, requests: list[DecodeRequest], results: list[DecodeResult]

@@ -11,7 +11,7 @@ import pytest
 from service.errors import NoSuchIndex
 from service.serving.alignment import BASELINE, DEFAULT, Alignable, Rule, _char_map, _piece_spans, _Segment
 from service.serving.engine import Engine
-from service.serving.translation import Options
+from service.serving.translation import Filters, Options
 from service.settings import Settings
 
 SHIPPED = Path(__file__).resolve().parents[3] / "model" / "bundles" / "en-ja"
@@ -96,3 +96,14 @@ def test_alignments_are_the_same_with_details_and_in_a_list(shipped: Engine) -> 
         assert a.text == b.text
         assert a.alignable is not None and b.alignable is not None
         assert a.alignable.links(DEFAULT) == b.alignable.links(DEFAULT)
+
+
+def test_a_forced_translation_aligns_its_own_words(shipped: Engine) -> None:
+    text, forced = "Open %s in GIMP.\nSave it.", "GIMP で %s を開く。\n保存する。"
+    result = shipped.attention_now(text, Options(alignments=True), Filters(kinds=["cross"]), target_text=forced)
+    assert result.text == forced and result.alignable is not None
+    spans = result.alignable.links(DEFAULT)
+    assert ("%s", "%s") in {(text[a:b], forced[c:d]) for (a, b), (c, d) in spans}
+    second = (text.index("\n"), forced.index("\n"))  # the second line's words map to the second lines
+    assert any(a > second[0] and c > second[1] for (a, _), (c, _) in spans)
+    assert all((a > second[0]) == (c > second[1]) for (a, _), (c, _) in spans)

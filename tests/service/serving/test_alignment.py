@@ -107,3 +107,10 @@ def test_a_forced_translation_aligns_its_own_words(shipped: Engine) -> None:
     second = (text.index("\n"), forced.index("\n"))  # the second line's words map to the second lines
     assert any(a > second[0] and c > second[1] for (a, _), (c, _) in spans)
     assert all((a > second[0]) == (c > second[1]) for (a, _), (c, _) in spans)
+
+
+def test_a_glossary_term_aligns_to_its_target_term(shipped: Engine) -> None:
+    text = "Empty the Trash before you quit."
+    (t,) = shipped.translate_now([text], Options(alignments=True, glossary={"Trash": "ゴミ箱"}))
+    assert t.alignable is not None and "ゴミ箱" in t.text
+    assert ("Trash", "ゴミ箱") in {(text[a:b], t.text[c:d]) for (a, b), (c, d) in t.alignable.links(DEFAULT)}

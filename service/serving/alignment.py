@@ -49,10 +49,10 @@ class Rule:
             word more weight than any other (its pieces' mean), the two directions agreeing.
     """
 
-    layer: int = -1
-    heads: tuple[int, ...] | None = None
-    shift: bool = False
-    method: Method = "agreed"
+    layer: int
+    heads: tuple[int, ...] | None
+    shift: bool
+    method: Method
 
 
 DEFAULT = Rule(layer=-1, heads=None, shift=False, method="agreed")

@@ -3,13 +3,14 @@ model."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from service.errors import NoSuchIndex
-from service.serving.alignment import BASELINE, DEFAULT, Alignable, Rule, _char_map, _piece_spans, _Segment
+from service.serving.alignment import BASELINE, DEFAULT, Alignable, _char_map, _piece_spans, _Segment
 from service.serving.engine import Engine
 from service.serving.translation import Filters, Options
 from service.settings import Settings
@@ -45,20 +46,21 @@ def test_methods_link_words_by_their_pieces_weights() -> None:
         [[0], [1], [2], []],
     )
     assert a.links(BASELINE) == [((2, 3), (0, 1)), ((2, 3), (2, 3)), ((2, 3), (4, 5))]  # piece argmax: all to word 1
-    words = Rule(method="words")
+    words = replace(DEFAULT, method="words")
     assert a.links(words) == [((0, 1), (0, 1)), ((2, 3), (2, 3)), ((2, 3), (4, 5))]  # word 0's two pieces add up
-    agreed = Rule(method="agreed")
+    agreed = replace(DEFAULT, method="agreed")
     assert a.links(agreed) == [((0, 1), (0, 1)), ((2, 3), (2, 3))]  # word 1 gives target word 1 the most
-    assert a.links(Rule(method="words", shift=True))[0] == ((2, 3), (0, 1))  # piece 0 read by the step after it
+    shifted = replace(DEFAULT, method="words", shift=True)
+    assert a.links(shifted)[0] == ((2, 3), (0, 1))  # piece 0's row is the step after it
 
 
 def test_a_layer_or_head_the_model_lacks_is_refused() -> None:
     a = one_segment([[1.0, 0.0]], [[0], []], [[0]])
-    assert a.links(Rule(layer=-2, heads=(1,))) == [((0, 1), (0, 1))]
+    assert a.links(replace(DEFAULT, layer=-2, heads=(1,))) == [((0, 1), (0, 1))]
     with pytest.raises(NoSuchIndex, match="alignment_layer 2"):
-        a.links(Rule(layer=2))
+        a.links(replace(DEFAULT, layer=2))
     with pytest.raises(NoSuchIndex, match=r"alignment_heads \[2\]"):
-        a.links(Rule(heads=(0, 2)))
+        a.links(replace(DEFAULT, heads=(0, 2)))
 
 
 def test_offsets_follow_the_texts_through_stand_ins_and_multibyte_pieces() -> None:

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Request
 
 from service.formats.base import Translate
 from service.formats.html import translate_html
+from service.http.alignments import links_json, rule
 from service.http.auto import detect_sources, translate_auto
 from service.http.lean import LeanRoute, OrjsonResponse, json_body
 from service.http.limits import check_options, check_texts
@@ -53,6 +54,7 @@ async def translate(request: Request) -> OrjsonResponse:
         details=body.return_details,
         glossary=body.glossary,
         keep=tuple(body.keep or ()),
+        alignments=body.alignments,
     )
     check_options(state.settings, options)
     detected: list[Detection] | None = None
@@ -79,7 +81,7 @@ async def translate_pages(
     if body.source == "auto":
         detected = detect_sources(state.detector, pages, body.target, list(state.served()))
         sources = [d.language for d in detected]
-    plain = replace(options, alternatives=0, details=False)
+    plain = replace(options, alternatives=0, details=False, alignments=False)
     translations = []
     for page, source in zip(pages, sources, strict=True):
         route = state.route(source, body.target)[0]
@@ -116,6 +118,10 @@ def answer(body: TranslateRequest, translations: list[Translation], detected: li
     if body.return_details:
         details = [translation_details(t) for t in translations]
         out["details"] = details[0] if one else details
+    if body.alignments:
+        chosen = rule(body.alignment_layer, body.alignment_heads)
+        links = [links_json(t.alignable, chosen) for t in translations]
+        out["alignments"] = links[0] if one else links
     return out
 
 

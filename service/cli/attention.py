@@ -117,7 +117,7 @@ def json_answer(result: AttentionResult) -> str:
     """The answer POST /attention gives (``encoding`` json), as one line."""
     from service.http.routes.attention import render
 
-    return render(result, "json", False).decode("utf-8")
+    return render((result, None), "json", False).decode("utf-8")
 
 
 def _batches(items: list[T], size: int) -> Iterator[list[T]]:

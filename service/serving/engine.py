@@ -28,13 +28,14 @@ from service.runtime.bundle import Bundle, load_bundle
 from service.runtime.providers import CPU
 from service.runtime.runner import Runner, trim_memory
 from service.serving.admission import check_servable
+from service.serving.alignment import SegmentInput, alignable
 from service.serving.budget import Budget, MiB, answer_bytes, request_bytes
 from service.serving.cache import LruCache, through_cache
 from service.serving.catalog import pair_label
 from service.serving.confidence import Calibration, Evidence, coverage, is_content
 from service.serving.core_sharing import WhileSaturated
 from service.serving.explain import explaining
-from service.serving.restoring import ForcingRunner, Restored, restore_spans, worst
+from service.serving.restoring import ForcingRunner, Restored, attend, restore_spans, worst
 from service.serving.scheduler import DeadlineExceeded, Scheduler, StepStats
 from service.serving.steps import Step, carried, carried_now, together
 from service.serving.translation import (
@@ -303,7 +304,7 @@ class Engine:
             DeadlineExceeded: ``request_timeout_s`` passed first.
             ClientGone: ``gone()`` said the caller went away; the texts' rows were freed.
         """
-        if self.cache is not None and not options.details:
+        if self.cache is not None and not options.details and not options.alignments:
             return await self._cached(texts, options, gone, arrival)
         return await self._translate(texts, options, gone, arrival)
 
@@ -361,15 +362,86 @@ class Engine:
         self._check(texts)
         prepared = None if options.raw else self.text.prepare(texts, options.glossary, options.keep)
         if prepared is None:  # every text decodes as it is
-            requests = [self._request(t, options, options.details) for t in texts]
-            out = self._translations(requests, (yield requests), options)
+            requests = [self._request(t, options, self._attention_rows(options)) for t in texts]
+            results = yield requests
+            if options.alignments:
+                yield from self._attend_best(requests, results)
+            out = self._translations(requests, results, options)
+            if options.alignments:
+                out = self._aligned(texts, out, self._plain_inputs(texts, out, results))
             return self._assessed(texts, out) if options.details else out
         requests = self._segment_requests(prepared, options)
         results = yield requests
         restored = yield from restore_spans(self.text, self.runners.forced, prepared, requests, results)
         self._on_spans([p for p in restored.paths if p is not None])
         out = self._finished(prepared, requests, results, restored, options)
+        if options.alignments:
+            yield from self._attend_best(requests, results)
+            out = self._aligned(texts, out, self._segment_inputs(prepared, results, restored))
         return self._assessed(texts, out) if options.details else out
+
+    def _attention_rows(self, options: Options) -> bool:
+        """Whether decoding collects attention rows: for details, and for alignments where no forced decoder can
+        give the answering hypotheses' cross-attention after decoding."""
+        return options.details or (options.alignments and self.runners.forced is None)
+
+    def _segment_requests(self, prepared: Prepared, options: Options) -> list[DecodeRequest]:
+        """One request a segment, on the fast graphs unless it needs attention rows (:meth:`_attention_rows`)."""
+        return [self._request(s.source, options, self._attention_rows(options)) for s in prepared.segments]
+
+    def _attend_best(
+        self, requests: list[DecodeRequest], results: list[DecodeResult]
+    ) -> Generator[Step, list[DecodeResult], None]:
+        """The best hypotheses' cross-attention, from one forced-decoder call where decoding did not collect it."""
+        everyone = list(range(len(requests)))
+        yield from attend(
+            self.runners.forced, requests, results, everyone, lambda i, h: h is results[i].hypotheses[0]
+            and not h.cross_attention
+        )  # fmt: skip
+
+    def _plain_inputs(
+        self, texts: Sequence[str], translations: list[Translation], results: list[DecodeResult]
+    ) -> list[list[SegmentInput]]:
+        """Per text decoded whole, its one segment."""
+        return [
+            [self._segment_input((0, len(text)), (0, len(t.text)), text, r)]
+            for text, t, r in zip(texts, translations, results, strict=True)
+        ]
+
+    def _segment_inputs(
+        self, prepared: Prepared, results: list[DecodeResult], restored: Restored
+    ) -> list[list[SegmentInput]]:
+        """Per text, its segments: where each stands in the text and in its translation, and what answered it."""
+        places = prepared.placed([texts[0] for texts in restored.texts])
+        return [
+            [
+                self._segment_input(prepared.offsets[i], place, prepared.segments[i].source, results[i])
+                for i, place in zip(parts, text_places, strict=True)
+            ]
+            for parts, text_places in zip(prepared.ranges(), places, strict=True)
+        ]
+
+    def _segment_input(
+        self, source: tuple[int, int], target: tuple[int, int], model_input: str, result: DecodeResult
+    ) -> SegmentInput:
+        hyp, spec = result.hypotheses[0], self.bundle.spec
+        cross = (
+            np.stack(hyp.cross_attention) if hyp.cross_attention else np.zeros((0, spec.n_decoder_layers, spec.h, 0))
+        )
+        return SegmentInput(source, target, model_input, self.tokenizer.pieces(hyp.tokens), cross)
+
+    def _aligned(
+        self, texts: Sequence[str], translations: list[Translation], inputs: list[list[SegmentInput]]
+    ) -> list[Translation]:
+        """The translations with what their word alignments are read from."""
+        spec = self.bundle.spec
+        return [
+            replace(
+                t,
+                alignable=alignable(self.tokenizer, self.pair, text, t.text, segments, (spec.n_decoder_layers, spec.h)),
+            )
+            for text, t, segments in zip(texts, translations, inputs, strict=True)
+        ]
 
     def _assessed(self, texts: Sequence[str], translations: list[Translation]) -> list[Translation]:
         """Details with each text's confidence and flags (service/serving/confidence.py)."""
@@ -395,10 +467,6 @@ class Engine:
         limit = self.settings.max_chars
         if (longest := max((len(t) for t in texts), default=0)) > limit:
             raise TooLarge(f"a text has {longest} characters; the limit is max_chars={limit}", "max_chars", limit)
-
-    def _segment_requests(self, prepared: Prepared, options: Options) -> list[DecodeRequest]:
-        """One request a segment, on the fast graphs unless details want attention."""
-        return [self._request(s.source, options, options.details) for s in prepared.segments]
 
     def _finished(
         self,
@@ -477,7 +545,8 @@ class Engine:
         for text, target in zip(texts, target_texts or [None] * len(texts), strict=True):
             prepared, requests = self._attention_requests(text, options, filters, target)
             recover = target is None
-            answers.append(explaining(self.text, forced, spec, prepared, requests, filters, recover))
+            align = (text, self.pair) if options.alignments else None
+            answers.append(explaining(self.text, forced, spec, prepared, requests, filters, recover, align))
             everything += requests
             size += self._attention_bytes(prepared, requests, filters, recover)
         return together(answers), everything, size

@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 from fastapi import APIRouter, Request, Response
 
+from service.http.alignments import links_json, rule
 from service.http.arrays import Encoding, encode
 from service.http.auto import detect_sources
 from service.http.body import parse_body
@@ -53,6 +54,7 @@ async def attention(request: Request) -> Response:
         glossary=body.glossary,
         keep=tuple(body.keep or ()),
         raw=body.raw,
+        alignments=body.alignments,
     )
     sources = [body.source] * len(texts)
     if body.source == "auto":
@@ -77,8 +79,10 @@ async def attention(request: Request) -> Response:
         i: r for idx, group in zip(groups.values(), answered, strict=True) for i, r in zip(idx, group, strict=True)
     }
     results = [by_text[i] for i in range(len(texts))]
+    chosen = rule(body.alignment_layer, body.alignment_heads)
+    links = [links_json(r.alignable, chosen) for r in results]
     gzipped = "gzip" in request.headers.get("accept-encoding", "")
-    one = results[0] if isinstance(body.q, str) else results
+    one = (results[0], links[0]) if isinstance(body.q, str) else list(zip(results, links, strict=True))
     content = await asyncio.to_thread(render, one, body.encoding, gzipped)  # megabytes: off the event loop
     headers = {"Vary": "Accept-Encoding", **({"Content-Encoding": "gzip"} if gzipped else {})}
     return Response(content, media_type="application/json", headers=headers)
@@ -136,12 +140,25 @@ def _segment(s: SegmentAttention) -> dict[str, Any]:
     return entry
 
 
+def _with_links(result: AttentionResult, links: Links, encoding: Encoding) -> dict[str, Any]:
+    body = answer(result, encoding)
+    if links is not None:
+        body["alignments"] = links
+    return body
+
+
 def _weights(s: SegmentAttention, encoding: Encoding) -> dict[str, Any]:
     return {kind: encode(weights, encoding) for kind, weights in s.weights.items()}
 
 
-def render(result: AttentionResult | list[AttentionResult], encoding: Encoding, gzipped: bool) -> bytes:
-    """The response's bytes (gzip-compressed when the client accepts it): one answer, or a list of them."""
-    body = answer(result, encoding) if isinstance(result, AttentionResult) else [answer(r, encoding) for r in result]
+Links = list[dict[str, list[int]]] | None  # a text's word alignments, if asked (service/http/alignments.py)
+
+
+def render(
+    result: tuple[AttentionResult, Links] | list[tuple[AttentionResult, Links]], encoding: Encoding, gzipped: bool
+) -> bytes:
+    """The response's bytes (gzip-compressed when the client accepts it): one answer, or a list of them, each with
+    its text's word alignments if asked."""
+    body = _with_links(*result, encoding) if isinstance(result, tuple) else [_with_links(*r, encoding) for r in result]
     content = orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
     return gzip.compress(content, GZIP_LEVEL, mtime=0) if gzipped else content

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Request
 
 from service.formats.base import Translate
 from service.formats.html import translate_html
+from service.http.alignments import links_json, rule
 from service.http.auto import detect_sources, translate_auto
 from service.http.errors import InvalidField
 from service.http.lean import LeanRoute, OrjsonResponse, json_body
@@ -55,6 +56,7 @@ async def translate(request: Request) -> OrjsonResponse:
         glossary=body.glossary,
         keep=tuple(body.keep or ()),
         raw=body.raw,
+        alignments=body.alignments,
     )
     check_options(state.settings, options)
     if body.raw and body.format == "html":
@@ -83,7 +85,7 @@ async def translate_pages(
     if body.source == "auto":
         detected = detect_sources(state.detector, pages, body.target, list(state.served()))
         sources = [d.language for d in detected]
-    plain = replace(options, alternatives=0, details=False)
+    plain = replace(options, alternatives=0, details=False, alignments=False)
     translations = []
     for page, source in zip(pages, sources, strict=True):
         route = state.route(source, body.target)[0]
@@ -120,6 +122,10 @@ def answer(body: TranslateRequest, translations: list[Translation], detected: li
     if body.return_details:
         details = [translation_details(t) for t in translations]
         out["details"] = details[0] if one else details
+    if body.alignments:
+        chosen = rule(body.alignment_layer, body.alignment_heads)
+        links = [links_json(t.alignable, chosen) for t in translations]
+        out["alignments"] = links[0] if one else links
     return out
 
 

@@ -402,3 +402,16 @@ def test_a_list_is_held_against_the_memory_budget_as_a_whole(make_server: Server
         many = c.post("/attention", json={**body, "q": [text] * 4})
     assert alone.status_code == 200, alone.text
     assert many.status_code == 413 and "memory_budget_mb=16" in many.json()["error"], many.text
+
+
+def test_attention_gives_the_alignments_translate_gives(server: Server) -> None:
+    body = {"q": "Could not open %s: permission denied", "source": "en", "target": "ja", "alignments": True}
+    with server.client() as c:
+        attention = c.post("/attention", json={**body, "kinds": ["cross"], "layers": [0]}).json()
+        translation = c.post("/translate", json=body).json()
+        bad = c.post("/attention", json={**body, "alignment_heads": [99]})
+        without = c.post("/attention", json={**body, "alignments": False}).json()
+    assert attention["translatedText"] == translation["translatedText"]
+    assert attention["alignments"] == translation["alignments"] and attention["alignments"]
+    assert bad.status_code == 422 and "alignment_heads" in bad.json()["error"]
+    assert "alignments" not in without

@@ -127,3 +127,31 @@ def test_raw_refuses_what_needs_the_text_changed(server: Server, extra: dict, ne
     with server.client() as c:
         r = c.post("/translate", json={**OK, "raw": True, **extra})
     assert r.status_code == 422 and "raw" in r.json()["error"] and needle in r.json()["error"], r.text
+
+
+def test_alignments_are_word_spans_of_the_text_and_its_translation(server: Server) -> None:
+    body = {"source": "en", "target": "ja", "alignments": True}
+    with server.client() as c:
+        one = c.post("/translate", json={**body, "q": TEXTS[3]}).json()
+        many = c.post("/translate", json={**body, "q": TEXTS}).json()
+        chosen = c.post("/translate", json={**body, "q": TEXTS[3], "alignment_layer": 0, "alignment_heads": [1]})
+        plain = c.post("/translate", json={"q": TEXTS[3], "source": "en", "target": "ja"}).json()
+        page = c.post("/translate", json={**body, "q": "<p>Open file</p>", "format": "html"}).json()
+    assert "alignments" not in plain and page["alignments"] is None
+    assert many["alignments"][3] == one["alignments"] and len(many["alignments"]) == len(TEXTS)
+    assert chosen.status_code == 200 and isinstance(chosen.json()["alignments"], list)
+    translation = one["translatedText"]
+    assert one["alignments"]
+    for link in one["alignments"]:
+        (a, b), (c_, d) = link["source"], link["target"]
+        assert 0 <= a < b <= len(TEXTS[3]) and 0 <= c_ < d <= len(translation)
+        assert TEXTS[3][a:b].strip() == TEXTS[3][a:b] and translation[c_:d].strip() == translation[c_:d]
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"), [({"alignment_layer": 5}, "alignment_layer 5"), ({"alignment_heads": [9]}, "alignment_heads")]
+)
+def test_an_alignment_layer_or_head_the_model_lacks_is_a_422(server: Server, extra: dict, named: str) -> None:
+    with server.client() as c:
+        r = c.post("/translate", json={**OK, "alignments": True, **extra})
+    assert r.status_code == 422 and named in r.json()["error"]

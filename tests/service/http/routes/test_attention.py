@@ -365,8 +365,13 @@ def assert_same_answer(batched: dict, single: dict) -> None:
 
 @pytest.mark.parametrize(
     "options",
-    [{}, {"raw": True, "kinds": ["cross", "decoder"]}, {"target_text": ["ファイル", "%sを開く\n保存", "設定", "%s"]}],
-    ids=["search", "raw", "forced"],
+    [
+        {},
+        {"raw": True, "kinds": ["cross", "decoder"]},
+        {"target_text": ["ファイル", "%sを開く\n保存", "設定", "%s"]},
+        {"alignments": True, "kinds": ["cross"]},
+    ],
+    ids=["search", "raw", "forced", "alignments"],
 )
 def test_a_list_of_texts_answers_each_as_it_is_answered_alone(server: Server, options: dict) -> None:
     batched = attention(server, q=MANY, max_length=8, **options)

@@ -69,7 +69,7 @@ def store_weights_once(bundle_dir: Path, names: list[str], float16: bool = False
     offsets: dict[bytes, int] = {}
     data = bytearray()
     for graph in graphs:
-        _store(graph, data, offsets, float16)
+        store_tensors(graph, data, offsets, float16)
     (bundle_dir / WEIGHTS).write_bytes(bytes(data))
     for name, graph in zip(names, graphs, strict=True):
         onnx.save(graph, str(bundle_dir / name))
@@ -98,13 +98,13 @@ def add_weights(bundle_dir: Path, names: list[str], float16: bool = False) -> in
                 offsets.setdefault(hashlib.sha256(data[offset : offset + length]).digest(), offset)
     for name in names:
         graph = onnx.load(str(bundle_dir / name))
-        _store(graph, data, offsets, float16)
+        store_tensors(graph, data, offsets, float16)
         onnx.save(graph, str(bundle_dir / name))
     (bundle_dir / WEIGHTS).write_bytes(bytes(data))
     return len(data)
 
 
-def _store(graph: onnx.ModelProto, data: bytearray, offsets: dict[bytes, int], float16: bool) -> None:
+def store_tensors(graph: onnx.ModelProto, data: bytearray, offsets: dict[bytes, int], float16: bool) -> None:
     """Point ``graph``'s initializers of INLINE_BELOW bytes or more (float16 behind casts, with ``float16``) into
     ``data``, the WEIGHTS file being written: at the offset of the same content (``offsets``, content hash ->
     offset), or appended and added to ``offsets``."""

@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from model.export import add_int8, export_bundle
+from model.export.bundle import export_bundle
+from model.export.quantize import add_int8
 from model.importers.ct2_transformer import map_transformer, transformer_config
 from model.importers.ctranslate2 import read_model_bin
 from model.importers.safe_zip import extract

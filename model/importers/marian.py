@@ -19,7 +19,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from model.export import export_bundle, load_state_dict
+from model.export.bundle import export_bundle
+from model.export.weights import load_state_dict
 from model.importers.layout import Specials, languages, special_ids, stored_dtype
 from model.importers.smoke import check_bundle, check_tied
 from model.transformer import Transformer, TransformerConfig

@@ -31,12 +31,30 @@ def interleaved(max_positions: int, d_model: int) -> torch.Tensor:
 # scale_embedding, layer_norm_eps, head sizes 8, 6, 5 and 12.
 CONFIGS: dict[str, dict[str, Any]] = {
     "post-ln-relu-tied-bias": {"d_model": 32, "h": 4},
-    "pre-ln-swish-untied-nobias": {"d_model": 32, "h": 4, "normalize_before": True, "activation": "swish",
-                                   "tie_embeddings": False, "final_logits_bias": False},  # fmt: skip
-    "gelu-unscaled-eps-dk6": {"d_model": 30, "h": 5, "activation": "gelu", "scale_embedding": False,
-                              "layer_norm_eps": 1e-6, "n_encoder_layers": 3, "n_decoder_layers": 1},  # fmt: skip
-    "pre-ln-interleaved-table-dk5": {"d_model": 20, "h": 4, "normalize_before": True, "position_table": "weights",
-                                     "final_logits_bias": False},  # fmt: skip
+    "pre-ln-swish-untied-nobias": {
+        "d_model": 32,
+        "h": 4,
+        "normalize_before": True,
+        "activation": "swish",
+        "tie_embeddings": False,
+        "final_logits_bias": False,
+    },
+    "gelu-unscaled-eps-dk6": {
+        "d_model": 30,
+        "h": 5,
+        "activation": "gelu",
+        "scale_embedding": False,
+        "layer_norm_eps": 1e-6,
+        "n_encoder_layers": 3,
+        "n_decoder_layers": 1,
+    },
+    "pre-ln-interleaved-table-dk5": {
+        "d_model": 20,
+        "h": 4,
+        "normalize_before": True,
+        "position_table": "weights",
+        "final_logits_bias": False,
+    },
     "learned-table-untied-dk12": {"d_model": 24, "h": 2, "position_table": "weights", "tie_embeddings": False},
 }
 

@@ -9,7 +9,7 @@ import onnx
 import torch
 
 from model.export.builder.graphs import decoder, device_decoder, encoder, fast_decoder, fast_encoder, forced_decoder
-from model.export.builder.weights import Weights, complete
+from model.export.builder.weights import Weights
 from model.export.builder.write import logits_decoder
 from model.export.check import (
     FLOAT16_TOLERANCE,
@@ -24,9 +24,8 @@ from service.runtime.kernels import Kernels
 
 
 def state_weights(model: Transformer) -> Weights:
-    """The model's state dict as the builder takes it (numpy, float32), position tables included."""
-    state = {k: v.detach().cpu().float().numpy() for k, v in model.state_dict().items()}
-    return complete(model.config, state)
+    """The model's state dict as the builder takes it (numpy, float32)."""
+    return {k: v.detach().cpu().float().numpy() for k, v in model.state_dict().items()}
 
 
 def export_graphs(model: Transformer, out_dir: Path) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from model.export.builder.ops import Graph
+from model.export.builder.weights import sinusoids
 
 LOWEST = np.finfo(np.float32).min  # masked scores: exp() of it is exactly 0, and a row never becomes NaN
 
@@ -48,7 +49,15 @@ def embed(g: Graph, ids: str, positions: str, side: str) -> str:
     x = g.op("Gather", g.weight(f"{side}_embed.lut.weight"), ids)
     if g.c.scale_embedding:
         x = g.op("Mul", x, g.const(math.sqrt(g.c.d_model), np.float32))
-    return g.op("Add", x, g.op("Gather", g.weight(f"{side}_embed.pe"), positions))
+    return g.op("Add", x, g.op("Gather", position_table(g, side), positions))
+
+
+def position_table(g: Graph, side: str) -> str:
+    """The positions' table (max_positions, d_model): a weight (``position_table="weights"``), or the sinusoids
+    computed here, a constant of the graph (no weight: the weights file stores only the model's)."""
+    if g.c.position_table == "weights":
+        return g.weight(f"{side}_embed.pe")
+    return g.constant("sinusoids", lambda: sinusoids(g.c.max_positions, g.c.d_model))
 
 
 def sublayer(g: Graph, x: str, prefix: str, inner: Callable[[str], tuple[str, Any]]) -> tuple[str, Any]:

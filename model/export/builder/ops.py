@@ -4,6 +4,7 @@ and typed inputs and outputs whose dynamic axes come from :mod:`model.export.nam
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -31,8 +32,7 @@ class Graph:
 
     Args:
         c: the model's config.
-        weights: state-dict key -> float32 array (:func:`~model.export.builder.weights.complete` fills in the
-            position tables a state dict does not carry).
+        weights: state-dict key -> array (a state dict's, numpy).
         axes: the graph's dynamic axes, value name -> {axis: name} (:mod:`model.export.names`).
     """
 
@@ -44,6 +44,7 @@ class Graph:
         self.outputs: list[onnx.ValueInfoProto] = []
         self.value_info: list[onnx.ValueInfoProto] = []
         self._constants: dict[tuple[str, bytes, tuple[int, ...]], str] = {}
+        self._constant_nodes: set[str] = set()
 
     def op(self, op_type: str, *inputs: str, outputs: int | list[str] = 1, domain: str = "", **attrs: Any) -> Any:
         """Add a node; returns its output name (a list of them for several or named ``outputs``)."""
@@ -81,6 +82,14 @@ class Graph:
         if key not in self._constants:
             self._constants[key] = self.array(f"const.{len(self._constants)}", array)
         return self._constants[key]
+
+    def constant(self, name: str, make: Callable[[], np.ndarray]) -> str:
+        """A Constant node ``name`` of the array ``make`` gives, made once: a tensor in the graph itself, never in
+        the weights file (which stores the model's weights only, as float16 where the bundle stores them so)."""
+        if name not in self._constant_nodes:
+            self._constant_nodes.add(name)
+            self.op("Constant", outputs=[name], value=numpy_helper.from_array(make(), name))
+        return name
 
     def _value(self, name: str, elem: int, dims: Dims) -> onnx.ValueInfoProto:
         axes = self.axes.get(name, {})

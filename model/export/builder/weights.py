@@ -32,16 +32,6 @@ def sinusoids(max_positions: int, d_model: int) -> np.ndarray:
     return pe.astype(np.float32)
 
 
-def complete(c: TransformerConfig, weights: Weights) -> Weights:
-    """``weights`` as float32 arrays with the position tables added where the config computes them (a state dict
-    carries them only with ``position_table="weights"``)."""
-    out = {k: np.asarray(v, np.float32) for k, v in weights.items()}
-    if c.position_table == "sinusoid":
-        table = sinusoids(c.max_positions, c.d_model)
-        out["src_embed.pe"] = out["tgt_embed.pe"] = table
-    return out
-
-
 def aliases(c: TransformerConfig) -> dict[str, str]:
     """State-dict keys the graphs do not carry -> the key whose initializer holds the same tensor."""
     keys = ("tgt_embed.lut.weight", "generator.proj.weight")

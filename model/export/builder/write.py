@@ -19,7 +19,7 @@ import onnx
 
 from model.config import TransformerConfig
 from model.export.builder.graphs import decoder, device_decoder, encoder, fast_decoder, fast_encoder, forced_decoder
-from model.export.builder.weights import Weights, aliases, complete
+from model.export.builder.weights import Weights, aliases
 from model.export.forms import (
     DEVICE_DECODER,
     EXACT_DECODER,
@@ -89,7 +89,6 @@ def build_graphs(c: TransformerConfig, weights: Weights, out_dir: Path, builds: 
     """Build each graph of ``builds`` (file -> build) into ``out_dir``, its initializers of 1 KiB or more in a new
     WEIGHTS file, each distinct tensor once (``float16``: stored as float16 behind casts; they must be float16
     values). Logs a line a graph. Returns the size of WEIGHTS in bytes."""
-    weights = complete(c, weights)
     data, offsets = bytearray(), dict[bytes, int]()
     for name, build in builds.items():
         start = time.perf_counter()

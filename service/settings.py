@@ -200,6 +200,12 @@ class Settings(BaseSettings):
         description="Lines longer than this are cut into sentences, decoded together in one batch; shorter lines "
         "decode whole (a UI string's sentences read better together).",
     )
+    output_guards: bool = Field(
+        True,
+        description="Outputs that loop, or have digits their source lacks, are decoded once more under a repetition "
+        "guard or without digits (service/serving/guards.py); every other output is the model's. False: every "
+        "output as the model decoded it.",
+    )
     glossary_dir: Path | None = Field(
         None,
         description="A directory of glossaries, one a pair: <source>-<target>.tsv, lines 'source term<TAB>target "

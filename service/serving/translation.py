@@ -11,6 +11,7 @@ import numpy.typing as npt
 
 from service.errors import InvalidText
 from service.runtime.bundle import unencodable
+from service.serving.guards import GUARD, Guard
 
 KINDS = ("encoder", "decoder", "cross")
 Gone = Callable[[], Awaitable[bool]]  # whether the caller went away (Starlette's Request.is_disconnected)
@@ -28,6 +29,8 @@ class Options:
         details: add tokens, scores and a cross-attention alignment to each translation.
         glossary: source term → target term, enforced where a term occurs (service/text/).
         keep: terms copied verbatim.
+        guard: how an output that loops is decoded again, and whether one with digits of its own is
+            (service/serving/guards.py); None: every output as the model decoded it.
     """
 
     beam_size: int = 1
@@ -37,6 +40,7 @@ class Options:
     details: bool = False
     glossary: Mapping[str, str] | None = None
     keep: tuple[str, ...] = ()
+    guard: Guard | None = GUARD
 
     @property
     def beam(self) -> int:
@@ -191,4 +195,7 @@ def translation_strings(t: Translation) -> list[str]:
 def cache_key(options: Options) -> Hashable:
     """What of a request's options its translations depend on (``details`` answers are not cached)."""
     glossary = tuple(sorted(options.glossary.items())) if options.glossary else None
-    return (options.beam_size, options.max_length, options.alternatives, options.length_penalty, glossary, options.keep)
+    return (
+        options.beam_size, options.max_length, options.alternatives, options.length_penalty, glossary, options.keep,
+        options.guard,
+    )  # fmt: skip

@@ -171,7 +171,7 @@ class TextPipeline:
                     body = sentence.strip()
                     lead = sentence[: len(sentence) - len(sentence.lstrip())]
                     trail = sentence[len(lead) + len(body) :]
-                    spans = find_spans(body, self.vocabulary, terms, keep, self.numbers)
+                    spans = find_spans(body, self.vocabulary, terms, keep, self.numbers, self.language)
                     masked = mask(body, spans) if spans else None
                     prepared.segments.append(Segment(masked.text if masked else body, masked))
                     prepared.offsets.append((at + len(lead), at + len(lead) + len(body)))

@@ -48,7 +48,7 @@ RUN = re.compile(r"([^\W\d_])\1{3,}")  # one letter or ideograph four times or m
 DIGITS = re.compile(r"\d+")
 SPLIT_PAIRS = ("en-ja", "en-de")
 HELD_OUT = 1000
-# Repetition guards tried on the outputs that loop (service/serving/guards.py's Guard fields), and penalties
+# Repetition guards tried on the outputs that loop (service/serving/unlooping.py's Guard fields), and penalties
 # tried on every text as a CTranslate2 or transformers user sets them.
 GUARDS: dict[str, dict[str, Any]] = {
     "beam 4": {"beam_size": 4},
@@ -233,7 +233,7 @@ def guarded(request: Any, guard: Any, *args: Any, **kwargs: Any) -> Any:
 def tried(engine: Engine, data: list[tuple[str, str]]) -> dict[str, Any]:
     """The split without a guard; each guard of :data:`GUARDS` on the outputs that loop (loops left, chrF of the
     whole split with their outputs); each penalty of :data:`EVERYWHERE` on every held-out text (loops, chrF)."""
-    from service.serving.guards import Guard
+    from service.serving.unlooping import Guard
 
     plain = translated(engine, [s for s, _ in data], Options(guard=None))
     looping = [i for i, h in enumerate(plain) if loops(h) and not loops(data[i][0])]

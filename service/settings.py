@@ -200,11 +200,10 @@ class Settings(BaseSettings):
         description="Lines longer than this are cut into sentences, decoded together in one batch; shorter lines "
         "decode whole (a UI string's sentences read better together).",
     )
-    output_guards: bool = Field(
+    repetition_guard: bool = Field(
         True,
-        description="Outputs that loop, or have digits their source lacks, are decoded once more under a repetition "
-        "guard or without digits (service/serving/guards.py); every other output is the model's. False: every "
-        "output as the model decoded it.",
+        description="An output that loops where its source does not is decoded once more under a repetition guard "
+        "(service/serving/unlooping.py); every other output is the model's. False: every output as decoded.",
     )
     glossary_dir: Path | None = Field(
         None,

@@ -32,7 +32,6 @@ from service.serving.cache import LruCache, through_cache
 from service.serving.confidence import Calibration, Evidence, coverage, is_content
 from service.serving.core_sharing import WhileSaturated
 from service.serving.explain import explaining
-from service.serving.guards import Guard, guarded
 from service.serving.restoring import ForcingRunner, Restored, restore_spans, worst
 from service.serving.scheduler import DeadlineExceeded, Scheduler, StepStats
 from service.serving.steps import Step, carried, carried_now
@@ -49,6 +48,7 @@ from service.serving.translation import (
     join_details,
     translation_strings,
 )
+from service.serving.unlooping import Guard, unlooped
 from service.settings import Settings
 from service.text.forced import forced_targets
 from service.text.glossary import read_glossary
@@ -335,22 +335,22 @@ class Engine:
             requests = [self._request(t, options, options.details) for t in texts]
             results = yield requests
             if (guard := self._guard(options)) is not None:
-                yield from guarded(guard, self.text.spelling, self.tokenizer.decode, list(texts), requests, results)
+                yield from unlooped(guard, self.tokenizer.decode, list(texts), requests, results)
             out = self._translations(requests, results, options)
             return self._assessed(texts, out) if options.details else out
         requests = self._segment_requests(prepared, options)
         results = yield requests
         if (guard := self._guard(options)) is not None:
             sources = [s.source for s in prepared.segments]
-            yield from guarded(guard, self.text.spelling, self.tokenizer.decode, sources, requests, results)
+            yield from unlooped(guard, self.tokenizer.decode, sources, requests, results)
         restored = yield from restore_spans(self.text, self.runners.forced, prepared, requests, results)
         self._on_spans([p for p in restored.paths if p is not None])
         out = self._finished(prepared, requests, results, restored, options)
         return self._assessed(texts, out) if options.details else out
 
     def _guard(self, options: Options) -> Guard | None:
-        """The request's repetition guard where the settings keep output guards on (service/serving/guards.py)."""
-        return options.guard if self.settings.output_guards else None
+        """The request's repetition guard where the settings keep it on (service/serving/unlooping.py)."""
+        return options.guard if self.settings.repetition_guard else None
 
     def _assessed(self, texts: Sequence[str], translations: list[Translation]) -> list[Translation]:
         """Details with each text's confidence and flags (service/serving/confidence.py)."""

@@ -11,7 +11,7 @@ import numpy.typing as npt
 
 from service.errors import InvalidText
 from service.runtime.bundle import unencodable
-from service.serving.guards import GUARD, Guard
+from service.serving.unlooping import GUARD, Guard
 
 KINDS = ("encoder", "decoder", "cross")
 Gone = Callable[[], Awaitable[bool]]  # whether the caller went away (Starlette's Request.is_disconnected)
@@ -29,8 +29,7 @@ class Options:
         details: add tokens, scores and a cross-attention alignment to each translation.
         glossary: source term → target term, enforced where a term occurs (service/text/).
         keep: terms copied verbatim.
-        guard: how an output that loops is decoded again, and whether one with digits of its own is
-            (service/serving/guards.py); None: every output as the model decoded it.
+        guard: how an output that loops is decoded again (service/serving/unlooping.py); None: never.
     """
 
     beam_size: int = 1

@@ -1,6 +1,6 @@
 """Repetition loops: a stretch of the translation said three times or more in a row, or one letter or ideograph said
 four times or more, where the source repeats nothing so. The engine decodes a looping output again with a
-repetition guard (service/serving/guards.py) and flags what still loops in ``return_details``."""
+repetition guard (service/serving/unlooping.py) and flags what still loops in ``return_details``."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Outputs decoded again: a looping one under the repetition guard, one with digits its source lacks with digits
-forbidden; every other output, and every output of a request without the guard, as the model decoded it."""
+"""Outputs that loop, decoded again under the repetition guard; every other output, and every output of a request
+without the guard, as the model decoded it."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from service.runtime.bundle import ModelSpec
 from service.runtime.runner import StepOutput
 from service.runtime.tensors import Cache
 from service.serving.engine import Engine, Runners
-from service.serving.guards import GUARD, faults
 from service.serving.translation import Options
+from service.serving.unlooping import GUARD
 from service.settings import Settings
+from service.text.repetition import has_loop
 from tests.service.fake_runner import SPEC, FakeRunner
 from tests.service.serving.test_engine import Bundle, Tokenizer
 
@@ -21,10 +22,10 @@ Preferences = Callable[[int], dict[int, float]]  # step → logits of the tokens
 
 
 class Letters(Tokenizer):
-    """Token i reads as the letter chr(96 + i), token 14 as the digit "7"."""
+    """Token i reads as the letter chr(96 + i)."""
 
     def pieces(self, ids: list[int]) -> list[str]:
-        return ["7" if i == 14 else chr(96 + i) for i in ids]
+        return [chr(96 + i) for i in ids]
 
     def decode(self, ids: list[int]) -> str:
         return "".join(self.pieces([i for i in ids if i != SPEC.eos_id]))
@@ -67,31 +68,25 @@ class Preferring(FakeRunner):
 
 def engine(preferences: Preferences) -> Engine:
     runner = Preferring(preferences)
-    return Engine(Bundle(tokenizer=Letters()), Settings(max_wait_ms=1, output_guards=True), Runners(runner, runner))  # type: ignore[arg-type]
+    return Engine(Bundle(tokenizer=Letters()), Settings(max_wait_ms=1, repetition_guard=True), Runners(runner, runner))  # type: ignore[arg-type]
 
 
 def test_a_looping_output_is_decoded_again_under_the_guard() -> None:
     looping = engine(lambda t: {5: 2.0, SPEC.eos_id: 1.0})  # "e" ever more likely than </s>
     (raw,) = looping.translate_now(["Say it"], Options(guard=None))
-    assert raw.text == "e" * 16 and faults("Say it", raw.text) == {"loop"}
+    assert raw.text == "e" * 16 and has_loop("Say it", raw.text)
     (out,) = looping.translate_now(["Say it"], Options())
-    assert out.text == "e" * (GUARD.no_repeat_ngram_size) and not faults("Say it", out.text)
+    assert out.text == "e" * GUARD.no_repeat_ngram_size and not has_loop("Say it", out.text)
     (details,) = looping.translate_now(["Say it"], Options(guard=None, details=True))
     assert details.details is not None and "repetition" in details.details.flags
 
 
-def test_digits_the_source_lacks_are_decoded_again_without_digits() -> None:
-    digit = engine(lambda t: {14: 2.0, 3: 1.5} if t == 0 else {SPEC.eos_id: 2.0})  # "7" first, else "c"
-    assert [t.text for t in digit.translate_now(["Say it"], Options(guard=None))] == ["7"]
-    assert [t.text for t in digit.translate_now(["Say it", "Say it twice"], Options())] == ["c", "c"]
-
-
-def test_an_output_without_faults_is_the_model_s() -> None:
+def test_an_output_that_does_not_loop_is_the_model_s() -> None:
     plain = engine(lambda t: {3 + t: 2.0} if t < 3 else {SPEC.eos_id: 2.0})
     assert [t.text for t in plain.translate_now(["Say it"], Options())] == ["cde"]
 
 
-def test_the_settings_turn_the_guards_off() -> None:
+def test_the_settings_turn_the_guard_off() -> None:
     runner = Preferring(lambda t: {5: 2.0, SPEC.eos_id: 1.0})
-    off = Engine(Bundle(tokenizer=Letters()), Settings(output_guards=False), Runners(runner, runner))  # type: ignore[arg-type]
+    off = Engine(Bundle(tokenizer=Letters()), Settings(repetition_guard=False), Runners(runner, runner))  # type: ignore[arg-type]
     assert [t.text for t in off.translate_now(["Say it"], Options())] == ["e" * 16]

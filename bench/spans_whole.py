@@ -264,12 +264,11 @@ def guards(data: list[tuple[str, str]], hyps: list[str]) -> dict[str, float]:
     """Loops and digits on the held-out texts, chrF on them and on the whole split."""
     sample = [(data[i], hyps[i]) for i in held_out(len(data))]
     with_digits = [(s, h) for (s, _), h in sample if digit_runs(s)]
-    kept = sum(not (digit_runs(s) - digit_runs(h)) for s, h in with_digits)
-    made_up = sum(sum((digit_runs(h) - digit_runs(s)).values()) for s, h in with_digits)
-    made_up += sum(sum(digit_runs(h).values()) for (s, _), h in sample if not digit_runs(s))
     return {
         "texts": len(sample), "loops": sum(loops(h) and not loops(s) for (s, _), h in sample),
-        "digits": len(with_digits), "kept": kept, "made_up": made_up,
+        "digits": len(with_digits), "kept": sum(not (digit_runs(s) - digit_runs(h)) for s, h in with_digits),
+        "made_up": sum(sum((digit_runs(h) - digit_runs(s)).values()) for s, h in with_digits),
+        "numerals": sum(bool(digit_runs(h)) for (s, _), h in sample if not digit_runs(s)),
         "chrF": sacrebleu.corpus_chrf([h for _, h in sample], [[r for (_, r), _ in sample]]).score,
         "chrF_split": sacrebleu.corpus_chrf(hyps, [[r for _, r in data]]).score, "lines": len(data),
     }  # fmt: skip
@@ -278,9 +277,25 @@ def guards(data: list[tuple[str, str]], hyps: list[str]) -> dict[str, float]:
 def guard_row(label: str, pair: str, g: dict[str, float]) -> str:
     return (
         f"| {pair} | {label} | {g['loops']} ({100 * g['loops'] / g['texts']:.1f} %) | "
-        f"{100 * g['kept'] / g['digits']:.1f} ({g['kept']} / {g['digits']}) | {g['made_up']} | {g['chrF']:.2f} | "
-        f"{g['chrF_split']:.2f} |"
+        f"{100 * g['kept'] / g['digits']:.1f} ({g['kept']} / {g['digits']}) | {g['made_up']} | {g['numerals']} | "
+        f"{g['chrF']:.2f} | {g['chrF_split']:.2f} |"
     )
+
+
+def trial_rows(pair: str, t: dict[str, Any], plain: dict[str, float]) -> list[str]:
+    """The guards tried on one pair's looping outputs, and the penalties tried on every held-out text."""
+    rows = [
+        f"| {pair} | {label}, the looping outputs again | {g['left']} of {t['looping']} | {g['chrF_split']:.2f} | – |"
+        for label, g in t["guards"].items()
+    ]
+    rows += [
+        f"| {pair} | {label}, every text | – | – | {g['chrF']:.2f} ({g['loops']} loops) |"
+        for label, g in t["everywhere"].items()
+    ]
+    none = (
+        f"| {pair} | none | {t['looping']} | {plain['chrF_split']:.2f} | {plain['chrF']:.2f} ({plain['loops']} loops) |"
+    )
+    return [none, *rows]
 
 
 def write_guards(before: dict[str, Any], after: dict[str, Any]) -> None:
@@ -295,18 +310,33 @@ def write_guards(before: dict[str, Any], after: dict[str, Any]) -> None:
         "",
         "- *loops*: outputs that repeat a stretch of 2–20 characters three times or more in a row, or one letter or "
         "ideograph four times or more, where the source does not (`service/text/repetition.py`'s rule).",
-        "- *digits kept*: of the texts with digits, those whose every run of digits (inside words too, full-width "
-        "digits read as ASCII) is in the output as often; *made up*: runs of digits in the outputs that their "
-        "source does not have.",
+        "- *digits kept*: of the held-out texts with digits, those whose every run of digits (inside words too, "
+        "full-width digits read as ASCII) is in the output at least as often; *made up*: runs of digits in those "
+        "outputs that their source does not have; *numerals*: outputs with digits among the texts without any "
+        "(the model's numerals for number words: 2月 for February, 1つ for one).",
         "",
-        "| pair | code | loops | digits kept % | made up | chrF (held-out) | chrF (whole split) |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "| pair | code | loops | digits kept % | made up | numerals | chrF (held-out) | chrF (whole split) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
+    trials = []
     for pair in after:
         data = split(pair)
         if pair in before:
             lines_.append(guard_row("before", pair, guards(data, before[pair]["outputs"])))
         lines_.append(guard_row("after (the service)", pair, guards(data, after[pair]["outputs"])))
+        if "trials" in after[pair]:
+            trials += trial_rows(pair, after[pair]["trials"], guards(data, after[pair]["trials"]["plain"]))
+    if trials:
+        lines_ += [
+            "",
+            "Repetition guards tried (the after code without its guard, then each guard on the outputs that loop on "
+            "the whole split; and two penalties on every held-out text, as a CTranslate2 or transformers user sets "
+            "them):",
+            "",
+            "| pair | guard | loops left (whole split) | chrF (whole split) | chrF (held-out) |",
+            "|---|---|---:|---:|---:|",
+            *trials,
+        ]
     write_section("spans-guards", "\n".join(lines_))
     print("\n".join(lines_))
 

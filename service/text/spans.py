@@ -8,10 +8,8 @@ inline tags here as text); placing a span in the translation is service/text/pla
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
-
-from service.text.words import cuts
 
 # One alternation, most specific first: the first alternative that matches at a position wins.
 PATTERNS: dict[str, str] = {
@@ -59,7 +57,7 @@ def find_spans(
     glossary: Mapping[str, str] | None = None,
     keep: Iterable[str] = (),
     numbers: bool = True,
-    language: str = "",
+    inside: Callable[[str], Collection[int]] | None = None,
 ) -> list[Span]:
     """Every protected span of ``text``, in order and without overlaps.
 
@@ -69,22 +67,23 @@ def find_spans(
         glossary: source term → target term, matched as whole words, case-sensitively.
         keep: terms copied verbatim, matched as glossary terms are.
         numbers: numbers and words with digits are spans (``number``, ``code``); False leaves them to the model.
-        language: the text's, whose word rule (service/text/words.py) a term must not cut.
+        inside: the offsets inside a word of a text, where a term must not start or end (service/text/words.py's
+            ``cuts`` for the text's language); None: between two letters, digits or "_".
 
     Returns:
         The spans; where two overlap the earlier (then the longer) wins, terms before patterns.
     """
     found: list[Span] = []
     terms = {**{t: t for t in keep}, **(glossary or {})}
-    inside: frozenset[int] | None = None  # offsets inside a word, found once a term occurs
+    cut: Collection[int] | None = None  # offsets inside a word, found once a term occurs
     for term in sorted(terms, key=len, reverse=True):
         if not term:
             continue
         kind = "glossary" if glossary and term in glossary else "keep"
         start = text.find(term)
         while start >= 0:
-            inside = cuts(text, language) if inside is None else inside
-            if start not in inside and start + len(term) not in inside:
+            cut = (inside or _inside_words)(text) if cut is None else cut
+            if start not in cut and start + len(term) not in cut:
                 found.append(Span(start, start + len(term), kind, terms[term]))
             start = text.find(term, start + 1)
     for m in (SPANS if numbers else WITHOUT_NUMBERS).finditer(text):
@@ -95,6 +94,12 @@ def find_spans(
     if vocabulary:
         found.extend(_unknown_chars(text, vocabulary))
     return _without_overlaps(found)
+
+
+def _inside_words(text: str) -> frozenset[int]:
+    """The offsets between two word characters (letters, digits, "_")."""
+    word = [c.isalnum() or c == "_" for c in text]
+    return frozenset(i for i in range(1, len(text)) if word[i - 1] and word[i])
 
 
 def _unknown_chars(text: str, vocabulary: Collection[str]) -> list[Span]:

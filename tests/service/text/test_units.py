@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,7 @@ from service.text.lines import layout
 from service.text.placement import Aggregation, piece_positions, positions, restore
 from service.text.sentences import sentences
 from service.text.spans import find_spans, has_spans, mask
+from service.text.words import cuts
 
 
 @pytest.mark.parametrize(
@@ -176,11 +178,12 @@ def test_copied_stand_ins_place_their_spans_and_only_lost_ones_need_attention(ti
 
 def test_glossary_terms_in_unspaced_text_match_whole_words() -> None:
     glossary = {"ファイル": "file", "開": "open", "文件夹": "folder", "开文": "x"}
-    ja = find_spans("Inkscapeのファイルを開く", glossary=glossary, language="ja")
+    ja = find_spans("Inkscapeのファイルを開く", glossary=glossary, inside=partial(cuts, lang="ja"))
     assert [(s.start, s.output) for s in ja] == [(9, "file")]  # "開" alone would cut the word "開く"
-    zh = find_spans("打开文件夹失败", glossary=glossary, language="zh")
+    zh = find_spans("打开文件夹失败", glossary=glossary, inside=partial(cuts, lang="zh"))
     assert [(s.start, s.output) for s in zh] == [(2, "folder")]
-    assert find_spans("the files", glossary={"file": "Datei"}, language="en") == []
+    assert find_spans("the files", glossary={"file": "Datei"}) == []
+    assert [s.output for s in find_spans("file-based", glossary={"file": "Datei"})] == ["Datei"]
 
 
 def test_every_run_of_digits_is_in_a_span() -> None:

@@ -302,9 +302,11 @@ def write_guards(before: dict[str, Any], after: dict[str, Any]) -> None:
     lines_ = [
         "### Loops, digits and chrF on the whole test split (`--split`)",
         "",
-        f"`python bench/spans_whole.py --split --before before.json` on {machine()} (shared with other jobs); "
-        f"{versions('onnxruntime')}; `before.json` from `python bench/spans_whole.py --split --save before.json` in "
-        "a checkout of the code before. Each shipped pair's whole test split through `Engine.translate_now` with "
+        "`ATTNSERVE_REPETITION_GUARD=true python bench/spans_whole.py --split --save after.json --trials`, then "
+        f"`python bench/spans_whole.py --split --before before.json --after after.json`, on {machine()} (shared "
+        f"with other jobs); {versions('onnxruntime')}; `before.json` from `python bench/spans_whole.py --split --save "
+        "before.json` in a checkout of the code before (commit 5afc8ae, with this bench script). Each shipped pair's "
+        "whole test split (2,803 en-ja and 3,297 en-de lines) through `Engine.translate_now` with "
         f"default options (greedy, one thread); loops and digits on the {HELD_OUT} held-out texts that "
         "bench/common.py's `pairs` samples from it.",
         "",

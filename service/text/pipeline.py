@@ -22,7 +22,7 @@ from service.text.placement import DEFAULT, Aggregation, copied, in_order, posit
 from service.text.sentences import sentences
 from service.text.spans import Masked, find_spans, has_spans, mask
 from service.text.verify import STAND_IN, cleaned, numbers, problems
-from service.text.words import cuts
+from service.text.words import UNSPACED, cuts
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +139,8 @@ class TextPipeline:
         self.spelling = spelling
         self.numbers = numbers
         self.vocabulary = characters(tokenizer)
-        self.words = partial(cuts, lang=language)  # where a glossary term would cut a word
+        unspaced = language.split("-")[0].lower() in UNSPACED  # else spans.py's rule: letters, digits, "_"
+        self.words = partial(cuts, lang=language) if unspaced else None  # where a glossary term would cut a word
 
     def plain(self, text: str) -> bool:
         """Whether ``text`` decodes as it is: no edge whitespace, one line, short, no span."""

@@ -201,6 +201,11 @@ class Settings(BaseSettings):
         description="Lines longer than this are cut into sentences, decoded together in one batch; shorter lines "
         "decode whole (a UI string's sentences read better together).",
     )
+    repetition_guard: bool = Field(
+        True,
+        description="An output that loops where its source does not is decoded once more under a repetition guard "
+        "(service/serving/unlooping.py); every other output is the model's. False: every output as decoded.",
+    )
     glossary_dir: Path | None = Field(
         None,
         description="A directory of glossaries, one a pair: <source>-<target>.tsv, lines 'source term<TAB>target "

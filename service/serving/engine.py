@@ -51,6 +51,7 @@ from service.serving.translation import (
     join_details,
     translation_strings,
 )
+from service.serving.unlooping import Guard, unlooped
 from service.settings import Settings
 from service.text.forced import forced_targets
 from service.text.glossary import read_glossary
@@ -364,6 +365,8 @@ class Engine:
         if prepared is None:  # every text decodes as it is
             requests = [self._request(t, options, self._attention_rows(options)) for t in texts]
             results = yield requests
+            if (guard := self._guard(options)) is not None:
+                yield from unlooped(guard, self.tokenizer.decode, list(texts), requests, results)
             if options.alignments:
                 yield from self._attend_best(requests, results)
             out = self._translations(requests, results, options)
@@ -372,6 +375,9 @@ class Engine:
             return self._assessed(texts, out) if options.details else out
         requests = self._segment_requests(prepared, options)
         results = yield requests
+        if (guard := self._guard(options)) is not None:
+            sources = [s.source for s in prepared.segments]
+            yield from unlooped(guard, self.tokenizer.decode, sources, requests, results)
         restored = yield from restore_spans(self.text, self.runners.forced, prepared, requests, results)
         self._on_spans([p for p in restored.paths if p is not None])
         out = self._finished(prepared, requests, results, restored, options)
@@ -379,6 +385,11 @@ class Engine:
             yield from self._attend_best(requests, results)
             out = self._aligned(texts, out, self._segment_inputs(prepared, results, restored))
         return self._assessed(texts, out) if options.details else out
+
+    def _guard(self, options: Options) -> Guard | None:
+        """The request's repetition guard where the settings keep it on (service/serving/unlooping.py); a raw text
+        gets the model's output as it is."""
+        return options.guard if self.settings.repetition_guard and not options.raw else None
 
     def _attention_rows(self, options: Options) -> bool:
         """Whether decoding collects attention rows: for details, and for alignments where no forced decoder can
@@ -629,7 +640,7 @@ class Engine:
         return (
             exact
             or (not fast.attention and any(r.attention for r in requests))
-            or (fast.form.candidates and any(r.forced is not None or r.constraint is not None for r in requests))
+            or (fast.form.candidates and any(r.forced is not None or r.adjusted for r in requests))
         )
 
     async def _wait(

@@ -22,6 +22,7 @@ from service.text.placement import DEFAULT, Aggregation, copied, in_order, posit
 from service.text.sentences import sentences
 from service.text.spans import Masked, find_spans, has_spans, mask
 from service.text.verify import STAND_IN, cleaned, numbers, problems
+from service.text.words import UNSPACED, cuts
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +139,8 @@ class TextPipeline:
         self.spelling = spelling
         self.numbers = numbers
         self.vocabulary = characters(tokenizer)
+        unspaced = language.split("-")[0].lower() in UNSPACED  # else spans.py's rule: letters, digits, "_"
+        self.words = partial(cuts, lang=language) if unspaced else None  # where a glossary term would cut a word
 
     def plain(self, text: str) -> bool:
         """Whether ``text`` decodes as it is: no edge whitespace, one line, short, no span."""
@@ -171,7 +174,7 @@ class TextPipeline:
                     body = sentence.strip()
                     lead = sentence[: len(sentence) - len(sentence.lstrip())]
                     trail = sentence[len(lead) + len(body) :]
-                    spans = find_spans(body, self.vocabulary, terms, keep, self.numbers)
+                    spans = find_spans(body, self.vocabulary, terms, keep, self.numbers, self.words)
                     masked = mask(body, spans) if spans else None
                     prepared.segments.append(Segment(masked.text if masked else body, masked))
                     prepared.offsets.append((at + len(lead), at + len(lead) + len(body)))

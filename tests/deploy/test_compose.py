@@ -106,7 +106,8 @@ def test_argos_override_serves_the_packages_with_the_cache_in_a_volume() -> None
 def test_libretranslate_override_takes_its_name_port_and_packages_volume() -> None:
     compose = load("docker-compose.libretranslate.yml")
     service = compose["services"]["libretranslate"]
-    assert service["image"] == "attnserve:cpu" and [*service["entrypoint"], *service["command"]] == ["attnserve", "serve"]
+    assert service["image"] == "attnserve:cpu"
+    assert [*service["entrypoint"], *service["command"]] == ["attnserve", "serve"]
     env = service["environment"]
     assert env["ATTNSERVE_PORT"] == "5000" and "5000/readyz" in " ".join(service["healthcheck"]["test"])
     assert env["ATTNSERVE_ARGOS_PACKAGES"] == LIBRETRANSLATE_PACKAGES and env["ATTNSERVE_BUNDLES"] == ""

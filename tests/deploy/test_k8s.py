@@ -86,4 +86,3 @@ def test_argos_packages_component_imports_in_the_server(tmp_path: Path) -> None:
     assert "ATTNSERVE_ARGOS_CACHE" not in env, "the image's cache directory, which it creates owned by 10001"
     probe = container["startupProbe"]
     assert probe["periodSeconds"] * probe["failureThreshold"] >= 600, "the liveness probe must wait for the imports"
-

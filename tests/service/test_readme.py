@@ -1,18 +1,25 @@
-"""The README's curl examples work as written against a server of `make serve`'s default: every shipped bundle."""
+"""The README's curl examples work as written against a server of `make serve`'s default: every shipped bundle; and
+its "Coming from LibreTranslate" command imports and serves an Argos package (tests/fixtures/argos) as written."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from service.settings import Settings
+from tests.service.argos_installation import FIXTURE, fixture_reference
 from tests.service.conftest import Server
+from tests.service.process import free_port
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -50,3 +57,59 @@ def test_readme_curl_example(served: Server, command: str) -> None:
     assert status == "200", body
     data = json.loads(body)
     assert "error" not in data
+
+
+def libretranslate_command() -> str:
+    """The README's "Coming from LibreTranslate" command."""
+    blocks = re.findall(r"```sh\n(.*?)```", README.read_text(), flags=re.S)
+    (command,) = [line for b in blocks for line in b.splitlines() if line.startswith("ATTNSERVE_ARGOS_PACKAGES=")]
+    return command
+
+
+def test_readme_libretranslate_path_imports_and_serves_the_packages(tmp_path: Path) -> None:
+    # As written, in this venv (make test-service's has no torch): HOME holds the packages where argos-translate
+    # keeps them, and the default cache; only the venv's path and the port (5000 may be taken here) differ.
+    lt = pytest.importorskip("libretranslatepy", reason="the LibreTranslate client is in the test extra")
+    reference = json.loads((FIXTURE / "reference.json").read_text())
+    shutil.copytree(FIXTURE / "packages", tmp_path / ".local/share/argos-translate/packages")
+    port = free_port()
+    command = libretranslate_command()
+    assert " .venv/bin/attnserve serve --port 5000" in command
+    command = command.replace(".venv/bin/attnserve", str(Path(sys.executable).parent / "attnserve"))
+    command = command.replace("--port 5000", f"--port {port}")
+    keep = {k: v for k, v in os.environ.items() if not k.startswith(("ATTNSERVE_", "XDG_", "ARGOS_"))}
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        server = subprocess.Popen(
+            ["bash", "-c", command], cwd=tmp_path, env=keep | {"HOME": str(tmp_path)}, stdout=out,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 300
+        while not ready(url):
+            assert server.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        client = lt.LibreTranslateAPI(url + "/")
+        for text, translated in reference["translations"].items():
+            assert client.translate(text, "en", "ja") == translated, text  # CTranslate2's, with the same package
+        assert [lang["code"] for lang in client.languages()] == ["en", "ja"], "the packages alone"
+    finally:
+        server.terminate()
+        server.wait(60)
+    assert f"argos package {reference['package']}: importing" in log.read_text()
+    assert len(list((tmp_path / ".cache/attnserve/argos").glob(f"{reference['package']}-*/manifest.json"))) == 1
+
+
+def test_the_fixture_reference_is_ctranslate2s() -> None:
+    for module in ("torch", "ctranslate2"):
+        pytest.importorskip(module, reason="the reference is CTranslate2's (the dev extra)")
+    reference = json.loads((FIXTURE / "reference.json").read_text())
+    assert fixture_reference(FIXTURE / "packages" / reference["package"]) == reference["translations"]
+
+
+def ready(url: str) -> bool:
+    try:
+        return httpx.get(url + "/readyz", timeout=2).status_code == 200
+    except httpx.TransportError:
+        return False

@@ -1,5 +1,6 @@
 """The CPU and GPU images, built from the Dockerfile as it is and run as docker-compose.yml runs its api service; the
-GPU image on a machine without a GPU, where ATTNSERVE_PROVIDER=auto serves on the CPU.
+GPU image on a machine without a GPU, where ATTNSERVE_PROVIDER=auto serves on the CPU; and the LibreTranslate switch
+(docker-compose.libretranslate.yml), the server importing Argos packages from LibreTranslate's volume by itself.
 
 A Docker engine is used if one answers; otherwise the test starts its own (vfs storage, no bridge, no iptables,
 its data under /var/lib/attnserve-image-test, kept between runs as a cache) and stops it at the end. Where the base

@@ -231,9 +231,14 @@ def screen_weights(W: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     transposed (d_model, V) for MatMulInteger; the scale (); the largest L1 norm of W's rows ()."""
     W = np.asarray(W, np.float32)
     scale = np.float32(np.abs(W).max() / np.float32(63))
-    quantized = np.clip(np.round(W / (scale if scale > 0 else np.float32(1))), -63, 63).astype(np.int8)
-    l1 = np.float32(np.abs(W.astype(np.float64)).sum(axis=1).max())
-    return np.ascontiguousarray(quantized.T), np.array(scale, np.float32), np.array(l1, np.float32)
+    q = W / (scale if scale > 0 else np.float32(1))  # one (V, d_model) temporary, rounded and clipped in place
+    np.clip(np.rint(q, out=q), -63, 63, out=q)
+    quantized = np.empty(W.shape[::-1], np.int8)
+    for i in range(0, len(W), 64):  # transposed a block of rows at a time: a whole-matrix transpose misses the cache
+        quantized[:, i : i + 64] = q[i : i + 64].T
+    rows = np.abs(W).sum(axis=1)  # float32; the rows near the largest summed again in float64
+    near = np.abs(W[rows >= rows.max() * np.float32(0.999)]).astype(np.float64)
+    return quantized, np.array(scale, np.float32), np.array(near.sum(axis=1).max(), np.float32)
 
 
 def greedy_tokens(g: Graph, h: str) -> str:

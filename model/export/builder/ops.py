@@ -39,7 +39,7 @@ class Graph:
     def __init__(self, c: TransformerConfig, weights: dict[str, np.ndarray], axes: dict[str, dict[int, str]]):
         self.c, self.weights, self.axes = c, weights, axes
         self.nodes: list[onnx.NodeProto] = []
-        self.initializers: dict[str, TensorProto] = {}
+        self.initializers: dict[str, np.ndarray] = {}
         self.inputs: list[onnx.ValueInfoProto] = []
         self.outputs: list[onnx.ValueInfoProto] = []
         self.value_info: list[onnx.ValueInfoProto] = []
@@ -67,12 +67,12 @@ class Graph:
         key = weight_key(self.c, key)
         name = "model." + key
         if name not in self.initializers:
-            self.initializers[name] = numpy_helper.from_array(np.asarray(self.weights[key], np.float32), name)
+            self.initializers[name] = np.asarray(self.weights[key], np.float32)
         return name
 
     def array(self, name: str, value: np.ndarray) -> str:
         """An initializer ``name`` holding ``value`` (a tensor of the graph's own, not the model's)."""
-        self.initializers[name] = numpy_helper.from_array(value, name)
+        self.initializers[name] = value
         return name
 
     def const(self, value: Any, dtype: Any = np.int64) -> str:
@@ -120,6 +120,11 @@ class Graph:
         domains = {node.domain for node in self.nodes} - {""}
         outputs = {o.name for o in self.outputs}
         opsets = [helper.make_opsetid("", OPSET), *(helper.make_opsetid(d, 1) for d in sorted(domains))]
-        graph = helper.make_graph(self.nodes, name, self.inputs, self.outputs, list(self.initializers.values()),
+        graph = helper.make_graph(self.nodes, name, self.inputs, self.outputs,
                                   value_info=[v for v in self.value_info if v.name not in outputs])  # fmt: skip
+        for array_name, array in self.initializers.items():  # one copy of each weight's bytes: no proto copied
+            tensor = graph.initializer.add()
+            tensor.name, tensor.data_type = array_name, helper.np_dtype_to_tensor_dtype(array.dtype)
+            tensor.dims.extend(array.shape)
+            tensor.raw_data = np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
         return helper.make_model(graph, opset_imports=opsets, ir_version=IR_VERSION, producer_name="attnserve")

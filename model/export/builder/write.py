@@ -89,7 +89,7 @@ def build_graphs(c: TransformerConfig, weights: Weights, out_dir: Path, builds: 
     """Build each graph of ``builds`` (file -> build) into ``out_dir``, its initializers of 1 KiB or more in a new
     WEIGHTS file, each distinct tensor once (``float16``: stored as float16 behind casts; they must be float16
     values). Logs a line a graph. Returns the size of WEIGHTS in bytes."""
-    data, offsets = bytearray(), dict[bytes, int]()
+    data, offsets = bytearray(), dict[Any, Any]()
     for name, build in builds.items():
         start = time.perf_counter()
         graph = build(c, weights)

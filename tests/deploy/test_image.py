@@ -464,6 +464,7 @@ def test_the_libretranslate_switch_imports_in_the_server_and_serves_port_5000(
 
     from model.importers.argos import import_argos
     from tests.service.argos_installation import BROKEN, PACKAGES, reference_text
+    from tests.service.http.test_clients import TEXTS as CLIENT_TEXTS  # those the clients' package tests hold
 
     lt = pytest.importorskip("libretranslatepy", reason="the LibreTranslate client is in the test extra")
     (ARTIFACTS / "switch.log").unlink(missing_ok=True)
@@ -505,7 +506,7 @@ def test_the_libretranslate_switch_imports_in_the_server_and_serves_port_5000(
         client = lt.LibreTranslateAPI(f"http://127.0.0.1:{port}/")
         for package, (source, target, *_) in PACKAGES.items():
             bundle = import_argos(argos_packages / package, tmp_path / package)
-            for text in TEXTS:
+            for text in CLIENT_TEXTS:
                 translated = client.translate(text, source, target)  # urllib: any status but 200 raises
                 assert translated == reference_text(argos_packages / package, bundle, text), (package, text)
                 switch_log(f"libretranslatepy {source}→{target} {text!r}: 200, {translated!r} (CTranslate2's)")

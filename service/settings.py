@@ -40,7 +40,7 @@ class Settings(BaseSettings):
     argos_cache: Path = Field(
         default_factory=default_cache_dir,
         description="Where the packages' bundles are kept, one a package's content (docs/MODELS.md): imported by "
-        "`attnserve import-argos --packages`, or by serve itself where the importer (torch) is installed.",
+        "`attnserve import-argos --packages`, or by serve itself, which imports what it lacks.",
     )
     models_memory_mb: int = Field(
         0,

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# The GPU measurements in one `run` call on a lent GPU machine (about 7 minutes), everything written under $OUT:
+# The GPU measurements in one `run` call on a lent GPU machine (about 4 minutes), everything written under $OUT:
 #
 #   run.log            every step's output, then its exit status and seconds
 #   sanity.json        bench/gpu_sanity.py: the provider the service gets, the CUDA libraries loaded, gpu_mem_limit
 #                      as a session sees it, the device's memory as /metrics reads it
 #   gpu.json           bench/gpu.py: tokens on CUDA = the CPU's (greedy and beam 4, the exact graphs and the device
-#                      decoder), then batch 1, 32 and 128, greedy and beam 4, float32 and float16, both runners
-#                      against transformers on the same GPU; each runner's step split by where its time goes; the
-#                      device decoder with and without CUDA graphs
+#                      decoder), then batch 32 and 128, greedy and beam 4, float32 and float16, both runners
+#                      against transformers on the same GPU (median of 3); each runner's step split by where its
+#                      time goes, batch 1 to 128; last, the device decoder with and without CUDA graphs
 #   BENCHMARKS.md      the sections of bench/gpu.py and bench/graph_profile.py; gpu-throughput.png, gpu.py's plot
 #   profile.json       bench/graph_profile.py --provider cuda: nodes (kernels) per decoding step, those on the CPU
 #   http.json          bench/gpu_http.py: the service over HTTP on the GPU (batch-1 latency, sentences/s with 32
@@ -125,8 +125,8 @@ if [ "$smoke" = 1 ]; then
   limits=(install=300 extensions=120 sanity=300 gpu=900 http=300 profile=300)  # the CPU, shared
 else
   provider=cuda install=1
-  # docs/BENCHMARKS.md "Measuring on a lent GPU machine": about 4 minutes, the limits 500 s together
-  sizes=(--sentences 128 --check-sentences 128 --batch-sizes 1 32 128 --breakdown-batches 1 32 128 --repeats 3)
+  # docs/BENCHMARKS.md "Measuring on a lent GPU machine": about 4 minutes, the limits 530 s together
+  sizes=(--sentences 256 --check-sentences 128 --batch-sizes 32 128 --breakdown-batches 1 32 128 --repeats 3)
   profile_sizes=(--sentences 128 --batch 32)
   http_sizes=(--latency-requests 100 --clients 32 --seconds 10)
   limits=(install=60 extensions=30 sanity=40 gpu=250 http=60 profile=30)

@@ -5,7 +5,8 @@
 #
 # In a temporary folder, it builds what the GPU machine would hold and runs the measuring call's steps on it:
 #   - the machine's Python: a fresh Python 3.12 venv with, of the machine's packages, those the steps import, at its
-#     versions (numpy 2.5.2, onnx 1.23.1, onnxruntime 1.30.0, sentencepiece 0.2.2; the others as PyPI serves them);
+#     versions where known (numpy 2.5.2, onnx 1.23.1, onnxruntime 1.30.0, sentencepiece 0.2.2; the others as PyPI
+#     serves them);
 #   - the tree it receives: COMMIT's tracked files (git archive: no derived graphs, no built extensions), with this
 #     checkout's bench/gpu_device.sh (the measuring call's steps);
 #   - bench/gpu_wheels.sh's parts, built from this checkout, each call's size checked against the 64 MiB a call
@@ -24,8 +25,10 @@ commit=${1:-HEAD}
 PYTHON=${PYTHON:-python3}
 LIMIT=$((64 << 20))  # what one call carries
 RETURNED=8  # files a call brings back from $OUT
-MACHINE=(numpy==2.5.2 onnx==1.23.1 sentencepiece==0.2.2 protobuf packaging prometheus-client tqdm httpx click pyyaml
-         uvloop lxml requests annotated-doc sacrebleu)  # the lent machine's (docs/BENCHMARKS.md), less onnxruntime
+# The lent machine's packages that the steps import (/work/.library/device/KINDS.md's list), less onnxruntime; numpy
+# 2.5 is for Python 3.12 and newer alone, so the 3.11 venv takes the newest numpy for 3.11.
+MACHINE=(onnx==1.23.1 sentencepiece==0.2.2 protobuf packaging prometheus-client tqdm httpx click pyyaml uvloop lxml
+         requests annotated-doc sacrebleu)
 TEXTS=("Open file" "Save the file" "Delete the selected files?" "Settings" "Close the window" "Print the page"
        "The file could not be opened." "Check for updates")
 
@@ -46,9 +49,9 @@ trap 'rm -rf "$work"' EXIT
 started=$(date +%s)
 pip_quiet=(-q --disable-pip-version-check)
 
-say "the machine's Python 3.12 and packages: ${MACHINE[*]} onnxruntime==1.30.0"
+say "the machine's Python 3.12 and packages: numpy==2.5.2 ${MACHINE[*]} onnxruntime==1.30.0"
 "$(interpreter 3.12)" -m venv "$work/py312"
-"$work/py312/bin/pip" install "${pip_quiet[@]}" "${MACHINE[@]}" onnxruntime==1.30.0 2>&1 | grep -v 'is ignored' || true
+"$work/py312/bin/pip" install "${pip_quiet[@]}" numpy==2.5.2 "${MACHINE[@]}" onnxruntime==1.30.0 2>&1 | grep -v 'is ignored' || true
 "$work/py312/bin/python" -c 'import onnxruntime, numpy' || fail "the Python 3.12 venv did not install"
 
 say "the payload: bench/gpu_wheels.sh"
@@ -84,7 +87,7 @@ pins=$(awk -F- '$1 != "onnxruntime_gpu" {print $1 "==" $2}' "$work/wheels.txt")
 say "bench/gpu.py's Python 3.11 with torch 2.13.0, transformers 5.17.0, onnxruntime $ort and the payload's" $pins
 "$(interpreter 3.11)" -m venv "$work/py311"
 # shellcheck disable=SC2086  # one requirement a word
-"$work/py311/bin/pip" install "${pip_quiet[@]}" "${MACHINE[@]}" torch==2.13.0 transformers==5.17.0 \
+"$work/py311/bin/pip" install "${pip_quiet[@]}" numpy "${MACHINE[@]}" torch==2.13.0 transformers==5.17.0 \
   "onnxruntime==$ort" $pins 2>&1 | grep -v 'is ignored' || true
 "$work/py311/bin/python" -c 'import torch, transformers, onnxruntime' || fail "the Python 3.11 venv did not install"
 
@@ -96,8 +99,8 @@ status=0
 returned=$(find "$work/out" -type f | wc -l)
 say "files under \$OUT: $returned ($(cd "$work/out" && find . -type f | sed 's|^\./||' | sort | tr '\n' ' '))"
 if [ "$status" -ne 0 ]; then
-  tail -n 40 "$work/out/run.log" >&2
-  fail "the measuring call failed (above: the end of its run.log)"
+  grep -E '^==== .*: exit [1-9]|Error' "$work/out/run.log" >&2
+  fail "the measuring call failed after $(( $(date +%s) - started )) s (above: its run.log's errors)"
 fi
 [ "$returned" -le "$RETURNED" ] || fail "$returned files under \$OUT: a call brings back $RETURNED"
 say "passed in $(( $(date +%s) - started )) s"

@@ -38,7 +38,8 @@ fail() { echo "rehearse: FAILED: $*" >&2; exit 1; }
 # interpreter VERSION: a python of that version, on the PATH or installed by pyenv.
 interpreter() {
   local found
-  for found in "$(command -v "python$1" || true)" "$(pyenv root 2>/dev/null)"/versions/"$1".*/bin/"python$1"; do
+  local root=${PYENV_ROOT:-$HOME/.pyenv}
+  for found in "$(command -v "python$1" || true)" "$root"/versions/"$1".*/bin/"python$1"; do
     if [ -x "$found" ] && "$found" -V > /dev/null 2>&1; then echo "$found"; return 0; fi
   done
   fail "no Python $1 here (pyenv install $1)"

@@ -28,9 +28,11 @@ PARTS=${PARTS:-.gpu-wheels}   # where the parts go, relative to the root: the ca
 BUNDLE=model/bundles/en-ja    # the bundle the measuring call serves
 LIMIT=$((64 << 20))   # what one call carries: the working tree and the paths named in carry
 MARGIN=$((1 << 20))
-# Packages the lent machine's image has (its package list), left out of the download.
-DEVICE_HAS="numpy onnx onnxruntime protobuf packaging sentencepiece prometheus-client tqdm httpx httpcore h11 anyio
-idna certifi sniffio click pyyaml uvloop lxml requests urllib3 charset-normalizer annotated-doc"
+# Packages the lent machine's image has (its package list, with the versions known), left out of the download where
+# that version meets the project's requirement.
+DEVICE_HAS="numpy==2.5.2 onnx==1.23.1 onnxruntime==1.30.0 protobuf packaging sentencepiece==0.2.2 prometheus-client
+tqdm httpx httpcore h11 anyio idna certifi sniffio click pyyaml uvloop lxml requests urllib3 charset-normalizer
+annotated-doc"
 
 # tree_bytes [PREFIX]: what a call sends as its working tree (tracked files and untracked ones git does not ignore,
 # shared/ if here), less the files under PREFIX.
@@ -65,9 +67,21 @@ platform=(--only-binary=:all: --python-version 3.12 --implementation cp --platfo
 # The service's other requirements with what they need, less what the machine has.
 "$PYTHON" deploy/requirements.py | grep -v -E '^(onnxruntime|onnx|numpy)[^a-z_-]' > "$work/service.txt"
 "$PYTHON" -m pip download -q "${platform[@]}" -d "$work/payload" -r "$work/service.txt"
+# shellcheck disable=SC2086  # one package a word
+has=" $("$PYTHON" -c '
+import sys
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+wanted = {canonicalize_name(r.name): r.specifier for r in map(Requirement, open(sys.argv[1]).read().split())}
+for entry in sys.argv[2:]:
+    name, _, version = entry.partition("==")
+    name = canonicalize_name(name)
+    if not version or name not in wanted or wanted[name].contains(version, prereleases=True):
+        print(name, end=" ")' "$work/service.txt" $DEVICE_HAS) "
 for wheel in "$work"/payload/*.whl; do
   name=$(basename "$wheel" | cut -d- -f1 | tr '_A-Z' '-a-z')
-  if [[ " $(echo $DEVICE_HAS) " == *" $name "* ]]; then rm "$wheel"; fi
+  if [[ $has == *" $name "* ]]; then rm "$wheel"; fi
 done
 cp "$CORPUS" "$work/payload/test.tsv"
 # The derived int8 graphs, verified against the manifest here (service/runtime/derive.py: missing ones derived).

@@ -276,16 +276,18 @@ def run_throughput(
     repeats: int,
     provider: Device = "cuda",
 ) -> list[Row]:
-    """Every (engine, compute, beam, batch) ``repeats`` times, interleaved; one warm-up batch per engine first."""
+    """Every (engine, compute, beam, batch) ``repeats`` times, interleaved, after one untimed batch of each."""
     from engines import translate
     from tqdm import tqdm
 
     broken: dict[tuple[str, str], str] = {}
-    for key, engine in engines.items():
-        try:
-            translate(engine, sources[: max(batches)], 1, min(max_length, 16), batch_size=max(batches))
-        except Exception as e:  # e.g. a CTranslate2 build for another CUDA major: its rows say why
-            broken[key] = f"{type(e).__name__}: {str(e)[:120]}"
+    for key, engine in engines.items():  # every measured shape once, untimed: kernels chosen, buffers sized
+        for beam in beams:
+            for batch in batches:
+                try:
+                    translate(engine, sources[:batch], beam, max_length, batch_size=batch)
+                except Exception as e:  # e.g. a CTranslate2 build for another CUDA major: its rows say why
+                    broken.setdefault(key, f"{type(e).__name__}: {str(e)[:120]}")
     rows = [
         Row(label(k, provider), k, c, beam, b, error=broken.get((k, c)))
         for beam in beams
@@ -528,10 +530,23 @@ def main(argv: Sequence[str] | None = None) -> int:  # long: the run's steps in 
     work = args.work or Path(tempfile.mkdtemp(prefix="gpu-work-"))
     steps: list[StepTimes] = []
     trials: dict[str, Any] = {}
+    rows: list[Row] = []
+    notes: list[str] = []
+    chrf: dict[str, Any] = {}
+
+    def save() -> None:
+        """The results so far into ``--results``, after each stage: a run killed at its time limit keeps them."""
+        results = raw_results(check, rows, notes, len(sources), max_length, PROVIDERS[args.provider])
+        results |= {"chrf": chrf, "breakdown": [asdict(t) | {"per_step_ms": t.per_step_ms()} for t in steps]}
+        results |= {"cuda_graph": trials}
+        args.results.parent.mkdir(parents=True, exist_ok=True)
+        args.results.write_text(json.dumps(results, indent=1) + "\n")
+
     try:
         check = check_gpu_equals_cpu(args.bundle, sources[: args.check_sentences], max_length, provider=args.provider)
         check_text = check_summary(check, args.provider)
         print(check_text, flush=True)
+        save()
 
         prepared = prepare(args.bundle, work, variants=("float16",), with_ctranslate2="ctranslate2" in args.engines)
         prepared_bundle = load_bundle(prepared.bundle, verify=False)
@@ -545,21 +560,20 @@ def main(argv: Sequence[str] | None = None) -> int:  # long: the run's steps in 
                 f"{chrf['float32']:.2f}, float16 {chrf['float16']:.2f} (goal: within {FLOAT16_CHRF_TOLERANCE:g}; "
                 f"{'met' if abs(gap) <= FLOAT16_CHRF_TOLERANCE else 'not met'})."
             )
+        save()
+        rows = run_throughput(engines, sources, args.beams, args.batch_sizes, max_length, args.repeats, args.provider)
+        save()
         if args.breakdown:
             steps = breakdown(prepared.bundle, sources[: args.breakdown_sentences], args, args.provider)
-        if args.cuda_graph:
+            save()
+        if args.cuda_graph:  # last: a capture that fails cannot spoil the rows before it
             trials = {v: cuda_graph_trial(prepared_bundle, v, PROVIDERS[args.provider]) for v in variants
                       if prepared_bundle.has_graph("device_decoder", v)}  # fmt: skip
-        rows = run_throughput(engines, sources, args.beams, args.batch_sizes, max_length, args.repeats, args.provider)
+            save()
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
 
-    results = raw_results(check, rows, notes, len(sources), max_length, PROVIDERS[args.provider])
-    results |= {"chrf": chrf, "breakdown": [asdict(t) | {"per_step_ms": t.per_step_ms()} for t in steps]}
-    results |= {"cuda_graph": trials}
-    args.results.parent.mkdir(parents=True, exist_ok=True)
-    args.results.write_text(json.dumps(results, indent=1) + "\n")
     result = table(rows, len(sources))
     image = plot(rows, out) if importlib.util.find_spec("matplotlib") and not args.smoke else None  # the bench extra's
     print(f"\n{result}\n" + "".join(f"\n- {n}" for n in notes), flush=True)
@@ -584,7 +598,7 @@ def main(argv: Sequence[str] | None = None) -> int:  # long: the run's steps in 
         f"{versions('onnxruntime-gpu', 'onnxruntime', 'ctranslate2', 'torch', 'transformers')}.\n\n"
         f"{len(sources)} sentences (deterministic sample of the test split), the same token ids for every engine, "
         f"`max_length` {max_length}, batches sorted by length, median of {args.repeats} interleaved runs, one "
-        "warm-up batch per engine. attnserve's old runner runs the exact graphs and keeps its key/value caches on "
+        "warm-up batch of each shape. attnserve's old runner runs the exact graphs and keeps its key/value caches on "
         "the GPU (IOBinding); the new one runs the device decoder (reordering and token choice inside the step).\n\n"
         f"### GPU = CPU\n\n{check_text}\n\n### Throughput\n\n{result}\n\n"
         + "".join(f"- {n}\n" for n in notes)

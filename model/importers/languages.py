@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import langcodes
+if TYPE_CHECKING:
+    import langcodes
 
 TARGET_TOKEN = re.compile(r"^>>(.+)<<$")  # MarianTokenizer's language_code_re, anchored to a whole piece
 
@@ -34,6 +36,8 @@ def _language(model_code: str) -> langcodes.Language:
     Raises:
         ValueError: not a language code langcodes knows.
     """
+    import langcodes  # the importers' alone: bench/gpu.py reaches this module on a machine without it
+
     try:
         language = langcodes.Language.get(langcodes.standardize_tag(model_code.replace("_", "-"), macro=True))
     except (ValueError, langcodes.tag_parser.LanguageTagError) as e:
@@ -59,6 +63,8 @@ def served_code(model_code: str) -> str:
 def _specificity(model_code: str) -> tuple[bool, bool]:
     """Sorts a served code's candidates: a bare language (``fra``) before a regional one (``fr_BE``), the
     macrolanguage's own code (``zho_Hans``) before one of its members (``cmn_Hans``)."""
+    import langcodes
+
     language = _language(model_code)
     plain = langcodes.Language.get(langcodes.standardize_tag(model_code.replace("_", "-")))
     return language.territory is not None, plain.language != language.language

@@ -5,7 +5,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import onnxruntime as ort
 import pytest
@@ -74,3 +76,32 @@ def test_smoke_compares_the_old_and_new_runner_on_the_cpu(tiny_bundle: Path, tmp
     text = (tmp_path / "BENCHMARKS.md").read_text()
     assert "attnserve device decoder (CPU EP) | float16 | beam 4 | 4 |" in text
     assert "### Where a step's time goes" in text and "### CUDA graphs" in text
+
+
+def test_each_stage_is_written_as_it_ends_and_each_shape_warmed_up(
+    tiny_bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run stopped in a stage (a step's time limit on the GPU machine) keeps gpu.json as the stages before it left
+    it; every measured shape ran once untimed before its timed runs."""
+    import engines
+
+    calls: Counter[tuple[int, int, int]] = Counter()
+    translate = engines.translate
+
+    def counted(engine: Any, sources: list[list[int]], beam: int, max_length: int, batch_size: int = 32) -> Any:
+        calls[(id(engine), beam, batch_size)] += 1
+        return translate(engine, sources, beam, max_length, batch_size)
+
+    def stopped(*args: object) -> None:
+        raise KeyboardInterrupt  # as `timeout` stops a step
+
+    monkeypatch.setattr(engines, "translate", counted)
+    monkeypatch.setattr(gpu, "breakdown", stopped)
+    args = ["--bundle", str(tiny_bundle), "--smoke", "--out", str(tmp_path), "--results", str(tmp_path / "gpu.json")]
+    with pytest.raises(KeyboardInterrupt):
+        gpu.main(args)
+    raw = json.loads((tmp_path / "gpu.json").read_text())
+    assert raw["check"]["passed"] and raw["breakdown"] == [] and raw["cuda_graph"] == {}
+    assert len(raw["rows"]) == 16 and all(len(r["seconds"]) == 1 for r in raw["rows"])
+    shapes = {key: n for key, n in calls.items() if key[2] in (1, 4)}
+    assert len(shapes) == 4 * 2 * 2 and set(shapes.values()) == {2}  # engines × beams × batches: warm-up and 1 run

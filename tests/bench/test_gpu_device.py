@@ -47,3 +47,16 @@ def test_the_smoke_run_writes_every_result(tiny_bundle: Path, tmp_path: Path) ->
     http = json.loads((out / "http.json").read_text())
     assert http["closed_loop"]["sentences"] > 0 and http["closed_loop"]["errors"] == 0
     assert http["metrics"] == {"gpu_memory_bytes": None, "provider": ["CPUExecutionProvider"]}
+
+
+@pytest.mark.timeout(2400)
+def test_the_rehearsal_of_the_gpu_machines_calls_passes() -> None:
+    """bench/gpu_device.sh --rehearse: HEAD's calls on the GPU machine's Python 3.12 and packages, downloaded from
+    PyPI (so only where CI=true: never skipped in CI)."""
+    if os.environ.get("CI") != "true":
+        pytest.skip("downloads from PyPI: runs in CI (CI=true)")
+    command = ["bash", str(ROOT / "bench" / "gpu_device.sh"), "--rehearse"]
+    env = os.environ | {"PYTHON": sys.executable}
+    done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=2300)
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-6000:]
+    assert "measuring call:" in done.stdout and "rehearse: passed" in done.stdout, done.stdout

@@ -28,6 +28,7 @@ from model.importers.ct2_transformer import map_transformer, transformer_config
 from model.importers.ctranslate2 import read_model_bin
 from model.importers.safe_zip import extract
 from model.transformer import Transformer
+from service.runtime.manifest import Manifest
 
 log = logging.getLogger(__name__)
 
@@ -258,4 +259,8 @@ def import_argos(package: Path, out_dir: Path, *, name: str | None = None, force
             force=force,
         )
         add_int8(bundle)
+        if "int8" in provenance["ctranslate2"]["weights"]:  # served in int8, as LibreTranslate serves the package
+            manifest = Manifest.read(bundle)
+            manifest.default_variant = "int8"
+            manifest.write(bundle)
         return bundle

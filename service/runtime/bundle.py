@@ -11,6 +11,7 @@ from typing import Any, Literal
 import sentencepiece as spm
 
 from service.errors import InvalidText
+from service.runtime.manifest import Manifest
 
 FORMAT = "attnserve-bundle/4"
 
@@ -224,6 +225,16 @@ class Bundle:
         return {str(e["code"]): [int(i) for i in e["prefix"]] for e in entries}
 
     @property
+    def default_variant(self) -> str:
+        """The variant /translate serves unless ``ATTNSERVE_GRAPH_VARIANT`` names one: the manifest's
+        ``default_variant`` (an Argos package whose weights were int8 records ``int8``), else float32."""
+        return str(self.manifest.get("default_variant", "float32"))
+
+    def served_variant(self, override: str | None) -> str:
+        """The variant /translate serves: ``override`` (the setting, for every bundle) when given, else its own."""
+        return override or self.default_variant
+
+    @property
     def variants(self) -> list[str]:
         """Graph variants besides float32 (e.g. ``int8``), as the manifest lists them."""
         return ["float32", *(k for k, v in self.manifest["graphs"].items() if isinstance(v, dict))]
@@ -316,7 +327,12 @@ def load_bundle(path: Path, verify: bool = True) -> Bundle:
     affixes = source_affixes(manifest_path, tok, spec)
     prefix = target_prefix(manifest_path, tok, spec)
     tokenizer = Tokenizer(path / tok["source"], path / tok["target"], vocab, spec, affixes, prefix)
-    return Bundle(path=path, manifest=manifest, spec=spec, tokenizer=tokenizer, forms=forms)
+    bundle = Bundle(path=path, manifest=manifest, spec=spec, tokenizer=tokenizer, forms=forms)
+    if bundle.default_variant not in bundle.variants:
+        raise BundleError(
+            f"{manifest_path}: default_variant {bundle.default_variant!r}, but the bundle has {bundle.variants}"
+        )
+    return bundle
 
 
 def source_affixes(manifest_path: Path, tok: dict[str, Any], spec: ModelSpec) -> tuple[list[int], list[int]]:
@@ -387,7 +403,7 @@ def derived_names(path: Path, manifest: dict[str, Any]) -> set[str]:
     from service.runtime.derive import DeriveError, derived_entries
 
     try:
-        return set(derived_entries(str(path / "manifest.json"), manifest))
+        return set(derived_entries(str(path / "manifest.json"), Manifest(manifest)))
     except DeriveError as e:
         raise BundleError(str(e)) from None
 
@@ -403,7 +419,7 @@ def derive_bundle(path: Path, manifest: dict[str, Any], names: set[str]) -> None
     from service.runtime.derive import DeriveError, derive_missing
 
     try:
-        derive_missing(path, manifest)
+        derive_missing(path, Manifest(manifest))
     except DeriveError as e:
         raise BundleError(str(e)) from None
 

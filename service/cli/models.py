@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from service.runtime.manifest import Manifest
 from service.serving import packages
 from service.serving.catalog import Pair, disk_bytes, pairs_of, pivots
 from service.settings import Settings
@@ -91,7 +92,7 @@ def listed_packages(settings: Settings) -> list[PackageRow]:
     taken: set[Pair] = set()
     for path in settings.served_bundles():
         with suppress(OSError, ValueError, KeyError, TypeError):
-            taken.update(pairs_of(json.loads((path / "manifest.json").read_text())))
+            taken.update(pairs_of(Manifest.read(path)))
     rows = []
     for o in packages.sync(directory, settings.argos_cache, importer=None):
         state, bundle, reason = o.state, str(o.bundle) if o.bundle else None, o.reason
@@ -109,25 +110,25 @@ def describe(path: Path, override: str | None = None) -> Model:
     Raises:
         OSError, ValueError, KeyError, TypeError: no readable manifest, or one without the fields it needs.
     """
-    manifest = json.loads((path / "manifest.json").read_text())
-    graphs = manifest["graphs"]
+    manifest = Manifest.read(path)
+    graphs = manifest.graphs
     variants = {"float32": "shipped"}
-    derived = manifest.get("derived", {})
+    derived = manifest.derived
     for name, files in graphs.items():
         if isinstance(files, dict):
             variants[name] = variant_state(path, list(files.values()), derived)
-    provenance = manifest.get("provenance", {})
+    provenance = manifest.provenance
     return Model(
         path=str(path),
-        name=str(manifest["name"]),
+        name=manifest.name,
         pairs=pairs_of(manifest),
         origin=origin(provenance),
         provenance=provenance,
-        parameters=parameters(manifest["model"]),
+        parameters=parameters(manifest.model),
         disk_bytes=disk_bytes(path, manifest),
         precision=precision([path / graphs["encoder"], path / graphs["decoder"]]),
         variants=variants,
-        serves=override or str(manifest.get("default_variant", "float32")),
+        serves=override or manifest.default_variant,
     )
 
 

@@ -179,7 +179,7 @@ def add_int8(bundle_dir: Path) -> list[Path]:
     manifest.data["derived"] = {**manifest.derived, **derived}
     manifest.data["graph_forms"] = {**manifest.graph_forms, **forms}
     written = derive_missing(bundle_dir, manifest, force=True)
-    manifest.write(bundle_dir)
+    manifest.write_with_checksums(bundle_dir)
     return written
 
 

@@ -58,13 +58,17 @@ class Manifest:
         return cls(data)
 
     def write(self, bundle_dir: Path) -> None:
+        """Write manifest.json as it is (its sha256 as they are: a change to the manifest alone)."""
+        (bundle_dir / MANIFEST).write_text(json.dumps(self.data, indent=2, ensure_ascii=False) + "\n")
+
+    def write_with_checksums(self, bundle_dir: Path) -> None:
         """Write manifest.json with the sha256 of every other file in ``bundle_dir``; a derived graph (``derived``)
         that is not there keeps the sha256 the manifest gives it."""
         files = sorted(p for p in bundle_dir.iterdir() if p.is_file() and p.name != MANIFEST)
         absent = set(self.derived) - {p.name for p in files}
         kept = {name: h for name, h in self.sha256.items() if name in absent}
         self.data["sha256"] = dict(sorted({**kept, **{p.name: sha256(p) for p in files}}.items()))
-        (bundle_dir / MANIFEST).write_text(json.dumps(self.data, indent=2, ensure_ascii=False) + "\n")
+        self.write(bundle_dir)
 
     @property
     def format(self) -> Any:
@@ -73,6 +77,25 @@ class Manifest:
     @property
     def name(self) -> str:
         return str(self.data["name"])
+
+    @property
+    def source_lang(self) -> str:
+        return str(self.data["source_lang"])
+
+    @property
+    def target_lang(self) -> str:
+        return str(self.data["target_lang"])
+
+    @property
+    def targets(self) -> list[dict[str, Any]]:
+        """``targets`` (a model with several targets: ``[{"code", "model_code", "prefix"}]``), else none."""
+        targets: list[dict[str, Any]] = self.data.get("targets") or []
+        return targets
+
+    @property
+    def calibration(self) -> Any:
+        """``calibration`` (model/calibrate.py), or None; checked by service/serving/confidence.py."""
+        return self.data.get("calibration")
 
     @property
     def graphs(self) -> dict[str, Any]:

@@ -143,7 +143,7 @@ class Engine:
         self._on_spans: Callable[[list[str]], object] = _ignore_paths
         # Translations of texts already translated with the same options (service/serving/cache.py); None: off.
         self.cache = LruCache[Translation](settings.cache_mb * MiB) if settings.cache_mb else None
-        calibration = bundle.manifest.get("calibration")  # absent: no confidence, default flag thresholds
+        calibration = bundle.manifest.calibration  # absent: no confidence, default flag thresholds
         self.calibration = Calibration.from_manifest(calibration, bundle.spec.n_decoder_layers, bundle.name)
         spec = bundle.spec  # the target vocabulary as a constrained re-decode reads it (service/decoding/constraint.py)
         self.spelling = Spelling(self.tokenizer.pieces(list(range(spec.vocab_size))), spec.eos_id)

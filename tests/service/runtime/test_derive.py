@@ -40,7 +40,7 @@ def manifest_of(bundle: Path) -> Manifest:
 def test_loading_derives_the_missing_graphs_as_the_exporter_wrote_them(underived: Path) -> None:
     bundle = load_bundle(underived)
     for name in INT8:
-        assert sha256(underived / name) == bundle.manifest["sha256"][name]
+        assert sha256(underived / name) == bundle.manifest.sha256[name]
     assert bundle.graph("encoder", "int8").name == "encoder.int8.onnx"
 
 

@@ -6,6 +6,7 @@ import asyncio
 import gc
 import json
 import logging
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager, suppress
 from functools import partial
@@ -22,16 +23,16 @@ from service.http.openapi import openapi_with_request_bodies
 from service.http.routes import ROUTERS
 from service.http.slow_clients import BodyDeadline
 from service.http.state import State
-from service.metrics import Metrics
+from service.metrics import Metrics, PairQueue
 from service.runtime.bundle import Bundle
 from service.runtime.gpu_memory import device_memory
 from service.runtime.providers import CUDA
 from service.runtime.runner import trim_memory
 from service.serving import startup
 from service.serving.budget import MiB
-from service.serving.catalog import Pair, pairs_of
+from service.serving.catalog import Pair, pair_label, pairs_of
 from service.serving.core_sharing import WhileSaturated
-from service.serving.engine import Engine, Runners
+from service.serving.engine import Engine, Pooled, Runners
 from service.serving.pairs import Hooks, PairRegistry
 from service.settings import Settings
 
@@ -70,13 +71,13 @@ async def start(state: State, bundles: list[Bundle], on_fatal: Callable[[str], N
     """
     settings, metrics = state.settings, state.metrics
     saturation = WhileSaturated(settings.max_batch_size) if settings.sched_batch == "saturated" else None
-    hooks = Hooks(loaded=metrics.observe_load, unloaded=metrics.observe_unload)
-    load, unload = partial(load_engine, state, saturation), partial(unload_engine, state)
-    registry = PairRegistry[Engine](bundles, load, unload, settings.models_memory_mb * MiB, hooks)
-    metrics.track(
-        lambda: sum(e.queue_depth for e in registry.engines()),
-        lambda: sum(e.active_sequences for e in registry.engines()),
+    hooks = Hooks(
+        loaded=lambda pairs, seconds: metrics.observe_load(labels(pairs), seconds),
+        unloaded=lambda pairs: metrics.observe_unload(labels(pairs)),
     )
+    load, unload = partial(load_engine, state, saturation, Pooled.of(settings)), partial(unload_engine, state)
+    registry = PairRegistry[Engine](bundles, load, unload, settings.models_memory_mb * MiB, hooks)
+    metrics.track_queues(partial(pair_queues, registry, settings.queue_size * settings.decode_threads))
     metrics.track_pairs(registry.pair_states)
     try:
         state.serve(registry)
@@ -95,12 +96,29 @@ async def start(state: State, bundles: list[Bundle], on_fatal: Callable[[str], N
     log.info("serving %d pairs; loaded %s", len(state.routes), loaded or "none yet")
 
 
-async def load_engine(state: State, saturation: WhileSaturated | None, bundle: Bundle) -> dict[Pair, Engine]:
+def labels(pairs: list[Pair]) -> list[str]:
+    return [pair_label(p) for p in pairs]
+
+
+def pair_queues(registry: PairRegistry[Engine], capacity: int) -> dict[str, PairQueue]:
+    """Every pair a bundle serves with its queues now (empty while its bundle is not loaded); ``capacity``: the
+    texts one of its queues holds."""
+    depth, rows = Counter[str](), Counter[str]()
+    for engine in registry.engines():
+        depth.update(engine.queued_by_pair())
+        rows.update(engine.rows_by_pair())
+    return {p: PairQueue(depth[p], rows[p], capacity) for p in labels(registry.pairs)}
+
+
+async def load_engine(
+    state: State, saturation: WhileSaturated | None, pooled: Pooled, bundle: Bundle
+) -> dict[Pair, Engine]:
     """A bundle's engines by pair: its runners (on a thread), its schedulers started, warmed up when ``warmup`` is
-    on; one engine a target, sharing them (a multi-target bundle)."""
+    on; one engine a target, sharing them (a multi-target bundle); every bundle's engines share ``pooled``, the
+    process's memory budget and response cache."""
     settings, metrics = state.settings, state.metrics
     runners = await asyncio.to_thread(Runners.build, bundle, settings)
-    engine = Engine(bundle, settings, runners)
+    engine = Engine(bundle, settings, runners, pooled=pooled)
     await engine.start(
         on_step=metrics.observe_step,
         on_input=metrics.input_tokens.inc,

@@ -10,9 +10,11 @@ from fastapi import APIRouter, Request
 
 from service.formats.base import Translate
 from service.formats.html import translate_html
+from service.http.alignments import links_json, rule
 from service.http.auto import detect_sources, translate_auto
 from service.http.lean import LeanRoute, OrjsonResponse, json_body
 from service.http.limits import check_options, check_texts
+from service.http.middleware import count_under
 from service.http.openapi import ERRORS, request_body
 from service.http.schemas import TranslateRequest, TranslateResponse
 from service.http.state import state_of
@@ -38,6 +40,8 @@ async def translate(request: Request) -> OrjsonResponse:
     state.admission.check(request, body.api_key, body.q)
     routes = state.served()  # 503 while loading, whatever the source
     route = None if body.source == "auto" else state.route(body.source, body.target)[0]  # auto: per text, below
+    if route is not None:
+        count_under(request, route.pair)
     texts = [body.q] if isinstance(body.q, str) else body.q
     check_texts(state.settings, texts)
     if route is None:
@@ -50,6 +54,7 @@ async def translate(request: Request) -> OrjsonResponse:
         details=body.return_details,
         glossary=body.glossary,
         keep=tuple(body.keep or ()),
+        alignments=body.alignments,
     )
     check_options(state.settings, options)
     detected: list[Detection] | None = None
@@ -60,6 +65,7 @@ async def translate(request: Request) -> OrjsonResponse:
         translations, detected = await translate_auto(
             routes, state.detector, texts, body.target, options, gone, arrival
         )
+        count_under(request, (detected[0].language, body.target))
     else:
         translations = await route.translate(texts, options, request.is_disconnected, arrival)
     return OrjsonResponse(answer(body, translations, detected))  # already TranslateResponse's: no second validation
@@ -75,10 +81,12 @@ async def translate_pages(
     if body.source == "auto":
         detected = detect_sources(state.detector, pages, body.target, list(state.served()))
         sources = [d.language for d in detected]
-    plain = replace(options, alternatives=0, details=False)
+    plain = replace(options, alternatives=0, details=False, alignments=False)
     translations = []
     for page, source in zip(pages, sources, strict=True):
-        units = html_translator(state.route(source, body.target)[0], plain, state.settings.max_texts, arrival)
+        route = state.route(source, body.target)[0]
+        count_under(request, route.pair)
+        units = html_translator(route, plain, state.settings.max_texts, arrival)
         translations.append(Translation(await translate_html(page, units), [], None))
     return translations, detected
 
@@ -110,6 +118,10 @@ def answer(body: TranslateRequest, translations: list[Translation], detected: li
     if body.return_details:
         details = [translation_details(t) for t in translations]
         out["details"] = details[0] if one else details
+    if body.alignments:
+        chosen = rule(body.alignment_layer, body.alignment_heads)
+        links = [links_json(t.alignable, chosen) for t in translations]
+        out["alignments"] = links[0] if one else links
     return out
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import onnx
 
 from model.export.build import export_device_decoder, export_fast_encoder
-from model.export.bundle import write_manifest
+from model.export.builder.write import DEVICE_FLOAT16, write_manifest
 from model.export.check import FLOAT16_TOLERANCE, check_graphs
 from model.export.forms import (
     DEVICE_DECODER,
@@ -24,9 +24,6 @@ from service.runtime.derive import FUSED_ENCODER
 from service.runtime.derive import add_int8 as derive_int8
 
 log = logging.getLogger(__name__)
-
-
-DEVICE_FLOAT16 = "decoder.device.float16.onnx"  # the float16 variant's device decoder
 
 
 def add_int8(bundle_dir: Path) -> None:

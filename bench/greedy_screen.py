@@ -56,7 +56,7 @@ def flat_bundle(path: Path = CACHE) -> Path:
         return path
     import torch
 
-    from model.export import export_bundle
+    from model.export.bundle import export_bundle
     from model.transformer import TransformerConfig, make_model
 
     torch.manual_seed(0)

@@ -4,7 +4,8 @@
 # C extensions (service/runtime/_beam.c, beam search's per-step arithmetic; service/runtime/_attention.c, the fast decoder's attention
 # kernels for ONNX Runtime, against the headers in third_party/onnxruntime) and keep gcc, pip and the build tree out
 # of the final image; every dependency ships wheels.
-# Settings are ATTNSERVE_* environment variables (docs/DEPLOY.md); the shipped bundles (model/bundles) are inside.
+# Settings are ATTNSERVE_* environment variables (docs/DEPLOY.md); the shipped bundles (model/bundles) are inside, and
+# the server imports mounted Argos packages itself (the importer needs no torch).
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
@@ -56,15 +57,18 @@ LABEL org.opencontainers.image.title="attnserve (GPU)" \
       org.opencontainers.image.description="Machine-translation inference service with per-head attention (ONNX Runtime, CUDA 13)" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.version="${VERSION}"
+# /var/cache/attnserve/argos: the Argos packages' import cache (docs/DEPLOY.md, "Argos packages"), owned by 10001 so
+# that a named volume mounted there is created writable by the server.
 RUN groupadd --system --gid 10001 attnserve \
-    && useradd --system --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin attnserve
+    && useradd --system --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin attnserve \
+    && install -d -o 10001 -g 10001 /var/cache/attnserve/argos
 # What changes least first: a change rebuilds the layers after it.
 COPY --from=gpu-builder /src/model/bundles /opt/attnserve/bundles
 COPY --from=cuda-libraries /opt/venv /opt/venv
 COPY --from=gpu-builder /opt/venv /opt/venv
 # NVIDIA_*: what NVIDIA's CUDA images set, so that the NVIDIA Container Toolkit mounts the driver's libraries.
 ENV PATH=/opt/venv/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
-    ATTNSERVE_BUNDLES=/opt/attnserve/bundles ATTNSERVE_PROVIDER=cuda \
+    ATTNSERVE_BUNDLES=/opt/attnserve/bundles ATTNSERVE_PROVIDER=cuda ATTNSERVE_ARGOS_CACHE=/var/cache/attnserve/argos \
     ATTNSERVE_HOST=0.0.0.0 ATTNSERVE_PORT=8000 \
     NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility
 USER 10001:10001
@@ -76,31 +80,6 @@ HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \
 ENTRYPOINT ["attnserve"]
 CMD ["serve"]
 
-# ---- Importer: docker build --target import -t attnserve-import . ----
-# The one-shot `attnserve import-argos --packages /packages --cache /cache` that docker-compose.argos.yml and the
-# Kubernetes argos-packages component run before the server (docs/DEPLOY.md, "Argos packages"): the CPU
-# environment plus torch, CPU-only (PyTorch's CPU wheel index; PyPI's Linux wheel brings the CUDA libraries).
-FROM cpu-builder AS import-builder
-RUN python deploy/requirements.py --importer > importer.txt \
-    && pip install --no-cache-dir --index-url https://download.pytorch.org/whl/cpu \
-       --extra-index-url https://pypi.org/simple -r importer.txt
-
-FROM ${PYTHON_IMAGE} AS import
-ARG VERSION=dev
-LABEL org.opencontainers.image.title="attnserve importer" \
-      org.opencontainers.image.description="Imports Argos Translate packages into attnserve bundles (torch, CPU)" \
-      org.opencontainers.image.licenses="Apache-2.0" \
-      org.opencontainers.image.version="${VERSION}"
-RUN groupadd --system --gid 10001 attnserve \
-    && useradd --system --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin attnserve
-COPY --from=import-builder /opt/venv /opt/venv
-ENV PATH=/opt/venv/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
-    ATTNSERVE_ARGOS_CACHE=/cache
-USER 10001:10001
-WORKDIR /opt/attnserve
-ENTRYPOINT ["attnserve"]
-CMD ["import-argos", "--packages", "/packages", "--cache", "/cache"]
-
 # ---- CPU runtime (the default target, so it comes last) ----
 FROM ${PYTHON_IMAGE} AS cpu
 ARG VERSION=dev
@@ -108,12 +87,15 @@ LABEL org.opencontainers.image.title="attnserve" \
       org.opencontainers.image.description="Machine-translation inference service with per-head attention (ONNX Runtime, CPU)" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.version="${VERSION}"
+# /var/cache/attnserve/argos: the Argos packages' import cache (docs/DEPLOY.md, "Argos packages"), owned by 10001 so
+# that a named volume mounted there is created writable by the server.
 RUN groupadd --system --gid 10001 attnserve \
-    && useradd --system --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin attnserve
+    && useradd --system --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin attnserve \
+    && install -d -o 10001 -g 10001 /var/cache/attnserve/argos
 COPY --from=cpu-builder /opt/venv /opt/venv
 COPY --from=cpu-builder /src/model/bundles /opt/attnserve/bundles
 ENV PATH=/opt/venv/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
-    ATTNSERVE_BUNDLES=/opt/attnserve/bundles ATTNSERVE_PROVIDER=cpu \
+    ATTNSERVE_BUNDLES=/opt/attnserve/bundles ATTNSERVE_PROVIDER=cpu ATTNSERVE_ARGOS_CACHE=/var/cache/attnserve/argos \
     ATTNSERVE_HOST=0.0.0.0 ATTNSERVE_PORT=8000
 USER 10001:10001
 WORKDIR /opt/attnserve

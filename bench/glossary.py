@@ -41,6 +41,7 @@ from service.runtime.bundle import Tokenizer
 from service.serving.engine import Engine, Options
 from service.settings import EN_JA, Settings
 from service.text.spans import find_spans
+from service.text.words import cuts
 
 TRAIN = CORPUS.with_name("train.tsv")
 MIN_LINES = 50  # a term's training sources at least
@@ -49,7 +50,7 @@ MIN_DICE = 0.5  # association of term and target term over the whole corpus, at 
 SAMPLE = 80  # training lines a term's target candidates are counted on
 TARGET_CHARS = range(2, 11)  # lengths of the Japanese candidates
 BATCH = 32
-Scores = tuple[float, float, float, float, float]  # term kept, term placement, chrF, added spaces, texts/s
+Scores = tuple[float, float, float, float, float, float]  # term kept, as words, placement, chrF, added spaces, texts/s
 GATE = 0.5  # the gated variant's attention trigger: only where the model's own token is less likely than this
 STOPWORDS = frozenset(
     "a an the of to in on at by for from with and or not no is are be been was were it its this that these those "
@@ -160,6 +161,20 @@ def kept_rate(rows: Sequence[Row], hyps: Sequence[str]) -> float:
         for t, n in need.items():
             total += n
             missing += max(0, n - hyp.count(t))
+    return 100 * (1 - missing / max(1, total))
+
+
+def kept_as_words(rows: Sequence[Row], hyps: Sequence[str], lang: str = "ja") -> float:
+    """Percent of the rows' term occurrences whose target term the output holds as whole words, by the target
+    language's word rule (service/text/words.py): not glued into a longer word of a text without spaces."""
+    total = missing = 0
+    for row, hyp in zip(rows, hyps, strict=True):
+        inside = cuts(hyp, lang)
+        for t, n in Counter(t for _, _, t in row.terms).items():
+            starts = [i for i in range(len(hyp)) if hyp.startswith(t, i)]
+            whole = sum(i not in inside and i + len(t) not in inside for i in starts)
+            total += n
+            missing += max(0, n - whole)
     return 100 * (1 - missing / max(1, total))
 
 
@@ -386,13 +401,28 @@ def main() -> None:
 def scored(
     rows: Sequence[Row], hyps: Mapping[str, Sequence[str]], rates: Mapping[str, list[float]]
 ) -> dict[str, Scores]:
-    """Per method: term kept, term placement, chrF, added spaces, texts/s; and the human translations' figures."""
+    """Per method: term kept, kept as words, term placement, chrF, added spaces, texts/s; and the human
+    translations' figures."""
     out = {
-        k: (kept_rate(rows, h), placement(rows, h), chrf(rows, h), spaced(rows, h), statistics.median(rates[k]))
+        k: (
+            kept_rate(rows, h),
+            kept_as_words(rows, h),
+            placement(rows, h),
+            chrf(rows, h),
+            spaced(rows, h),
+            statistics.median(rates[k]),
+        )
         for k, h in hyps.items()
     }
     human = [r.reference for r in rows]
-    out["human translations"] = (kept_rate(rows, human), 100.0, chrf(rows, human), 0.0, math.nan)
+    out["human translations"] = (
+        kept_rate(rows, human),
+        kept_as_words(rows, human),
+        100.0,
+        chrf(rows, human),
+        0.0,
+        math.nan,
+    )
     return out
 
 
@@ -418,16 +448,19 @@ def write(glossary, rows, n_hard, tables, rounds, load) -> None:  # long: the se
         lines += [
             title,
             "",
-            "| method | term kept % | term placement % | chrF | outputs with added spaces % | texts/s |",
-            "|---|---:|---:|---:|---:|---:|",
+            "| method | term kept % | as whole words % | term placement % | chrF | outputs with added spaces % "
+            "| texts/s |",
+            "|---|---:|---:|---:|---:|---:|---:|",
         ]
-        for label, (kept, place, score, spaces, rate) in table.items():
+        for label, (kept, words, place, score, spaces, rate) in table.items():
             speed = "–" if math.isnan(rate) else f"{rate:.1f}"
-            lines.append(f"| {label} | {kept:.1f} | {place:.1f} | {score:.1f} | {spaces:.1f} | {speed} |")
+            lines.append(f"| {label} | {kept:.1f} | {words:.1f} | {place:.1f} | {score:.1f} | {spaces:.1f} | {speed} |")
         lines.append("")
     lines += [
         "- *term kept*: of the term occurrences in the sources, the share whose target term the output holds (each "
-        "occurrence counted); *term placement*: of the terms found in both the output and the human translation, "
+        "occurrence counted); *as whole words*: of those, the share the output holds as whole words of the "
+        "unspaced target, not glued into a longer word (service/text/words.py: MeCab with unidic-lite for Japanese, "
+        "the `words` extra); *term placement*: of the terms found in both the output and the human translation, "
         f"the share whose position, as a fraction of the text's other characters, is within {TOLERANCE} of the "
         "reference's (bench/spans.py's measure); *added spaces*: outputs with more spaces than their reference;",
         "- masking: `Engine.translate_now` with the mined glossary as `Options(glossary=...)` (stand-ins, placed by "

@@ -6,6 +6,14 @@ checkout of that code) and after (``--before`` the saved file).
     python bench/spans_whole.py --save /tmp/before.json            # in a checkout of the code before
     python bench/spans_whole.py --before /tmp/before.json          # here: measures, compares, writes the section
 
+With ``--split``, the whole test split of each shipped pair instead, with default options (the ``spans-guards``
+section: loops, digits and chrF, on the split and on the 1,000 held-out texts that bench/common.py's ``pairs``
+samples):
+
+    python bench/spans_whole.py --split --save /tmp/split-before.json   # in a checkout of the code before
+    python bench/spans_whole.py --split --before /tmp/split-before.json # here (or in two steps: --save --trials
+                                                                        # then --after the saved file)
+
 Self-contained on purpose: it imports only what every version of the service has (``Engine.translate_now``, the
 span patterns), so that it measures any checkout alike.
 """
@@ -14,11 +22,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import re
 import sys
 import time
 import unicodedata
 from collections import Counter
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +38,30 @@ from common import CORPUS, machine, versions, write_section
 sys.path.insert(0, str(Path.cwd()))  # the checkout being measured (run from its root)
 from service.serving.engine import Engine
 from service.serving.translation import Options
-from service.settings import EN_JA, Settings
+from service.settings import EN_JA, MODEL_BUNDLES, Settings
 from service.text.spans import SPANS, find_spans, mask
 
 NUMBER = re.compile(r"(?<![A-Za-z0-9_])\d+(?:[.,]\d+)*(?![A-Za-z0-9_])")
 TAG = re.compile(r"</?[A-Za-z][^<>]*>")
 LOOP = re.compile(r"(.{2,20}?)\1{2,}")
+RUN = re.compile(r"([^\W\d_])\1{3,}")  # one letter or ideograph four times or more in a row
+DIGITS = re.compile(r"\d+")
+SPLIT_PAIRS = ("en-ja", "en-de")
+HELD_OUT = 1000
+# Repetition guards tried on the outputs that loop (service/serving/unlooping.py's Guard fields), and penalties
+# tried on every text as a CTranslate2 or transformers user sets them.
+GUARDS: dict[str, dict[str, Any]] = {
+    "beam 4": {"beam_size": 4},
+    "repetition_penalty 1.2": {"repetition_penalty": 1.2},
+    "repetition_penalty 1.2, beam 4": {"repetition_penalty": 1.2, "beam_size": 4},
+    "no_repeat_ngram_size 3": {"no_repeat_ngram_size": 3},
+    "no_repeat_ngram_size 4": {"no_repeat_ngram_size": 4},
+    "no_repeat_ngram_size 3, beam 4": {"no_repeat_ngram_size": 3, "beam_size": 4},
+}
+EVERYWHERE: dict[str, dict[str, Any]] = {
+    "repetition_penalty 1.2": {"repetition_penalty": 1.2},
+    "no_repeat_ngram_size 3": {"no_repeat_ngram_size": 3},
+}
 TOLERANCE = 0.2
 # Lines on the pattern of the held-out multi-tag line: several inline tags and a format directive.
 WRITTEN = [
@@ -78,7 +106,13 @@ def residual(text: str, spans: list[str]) -> str:
 
 
 def loops(text: str) -> bool:
-    return any(len(set(m.group(1))) > 1 for m in LOOP.finditer("".join(text.split())))
+    joined = "".join(text.split())
+    return any(len(set(m.group(1))) > 1 for m in LOOP.finditer(joined)) or RUN.search(joined) is not None
+
+
+def digit_runs(text: str) -> Counter[str]:
+    """Every run of digits, inside words too, full-width digits read as ASCII."""
+    return Counter(DIGITS.findall(nfkc(text)))
 
 
 def placed(hyp: str, ref: str, outputs: list[str]) -> tuple[int, int]:
@@ -154,6 +188,161 @@ def redecoded(engine: Engine, looping: list, beam: int) -> tuple[int, float, flo
     return left, greedy, sacrebleu.corpus_chrf([a for _, _, a in scored], refs).score
 
 
+def split(pair: str) -> list[tuple[str, str]]:
+    """The pair's whole test split, (source, reference)."""
+    path = CORPUS.parent.parent / pair / "test.tsv"
+    return [(ln.split("\t")[0], ln.split("\t")[1]) for ln in path.read_text(encoding="utf-8").splitlines()]
+
+
+def held_out(n: int) -> list[int]:
+    """The indices of the split that bench/common.py's ``pairs`` samples (the same draw)."""
+    return random.Random(0).sample(range(n), min(HELD_OUT, n))
+
+
+def translated(engine: Engine, sources: list[str], options: Options) -> list[str]:
+    """The sources through ``Engine.translate_now`` in batches of 32, with progress on stderr."""
+    out: list[str] = []
+    for i in range(0, len(sources), 32):
+        out += [t.text for t in engine.translate_now(sources[i : i + 32], options)]
+        print(f"\r{len(out)}/{len(sources)}", end="", file=sys.stderr, flush=True)
+    print(file=sys.stderr)
+    return out
+
+
+def split_outputs(pairs: tuple[str, ...], options: Options, trials: bool = False) -> dict[str, Any]:
+    """Each pair's test split translated with ``options``: outputs and seconds; with ``trials``, the repetition
+    guards of :data:`GUARDS` tried too (:func:`tried`)."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        engine = Engine.load(MODEL_BUNDLES / pair, Settings(threads=1))
+        engine.warm_up()
+        data = split(pair)
+        t0 = time.perf_counter()
+        hyps = translated(engine, [s for s, _ in data], options)
+        out[pair] = {"outputs": hyps, "seconds": time.perf_counter() - t0}
+        if trials:
+            out[pair]["trials"] = tried(engine, data)
+    return out
+
+
+def guarded(request: Any, guard: Any, *args: Any, **kwargs: Any) -> Any:
+    """``Engine._request`` under ``guard``: the penalty on every text."""
+    return guard.applied(request(*args, **kwargs))
+
+
+def tried(engine: Engine, data: list[tuple[str, str]]) -> dict[str, Any]:
+    """The split without a guard; each guard of :data:`GUARDS` on the outputs that loop (loops left, chrF of the
+    whole split with their outputs); each penalty of :data:`EVERYWHERE` on every held-out text (loops, chrF)."""
+    from service.serving.unlooping import Guard
+
+    plain = translated(engine, [s for s, _ in data], Options(guard=None))
+    looping = [i for i, h in enumerate(plain) if loops(h) and not loops(data[i][0])]
+    refs = [[r for _, r in data]]
+    out: dict[str, Any] = {"plain": plain, "looping": len(looping), "guards": {}, "everywhere": {}}
+    for label, fields in GUARDS.items():
+        again = translated(engine, [data[i][0] for i in looping], Options(guard=Guard(**fields)))
+        hyps = list(plain)
+        for i, h in zip(looping, again, strict=True):
+            hyps[i] = h
+        left = sum(loops(h) and not loops(data[i][0]) for i, h in zip(looping, again, strict=True))
+        out["guards"][label] = {"left": left, "chrF_split": sacrebleu.corpus_chrf(hyps, refs).score}
+    sample = held_out(len(data))
+    request = engine._request
+    for label, fields in EVERYWHERE.items():
+        engine._request = partial(guarded, request, Guard(**fields))  # type: ignore[method-assign]
+        hyps = translated(engine, [data[i][0] for i in sample], Options(guard=None))
+        engine._request = request  # type: ignore[method-assign]
+        refs_ = [[data[i][1] for i in sample]]
+        out["everywhere"][label] = {
+            "loops": sum(loops(h) and not loops(data[i][0]) for i, h in zip(sample, hyps, strict=True)),
+            "chrF": sacrebleu.corpus_chrf(hyps, refs_).score,
+        }
+    return out
+
+
+def guards(data: list[tuple[str, str]], hyps: list[str]) -> dict[str, float]:
+    """Loops and digits on the held-out texts, chrF on them and on the whole split."""
+    sample = [(data[i], hyps[i]) for i in held_out(len(data))]
+    with_digits = [(s, h) for (s, _), h in sample if digit_runs(s)]
+    return {
+        "texts": len(sample), "loops": sum(loops(h) and not loops(s) for (s, _), h in sample),
+        "digits": len(with_digits), "kept": sum(not (digit_runs(s) - digit_runs(h)) for s, h in with_digits),
+        "made_up": sum(sum((digit_runs(h) - digit_runs(s)).values()) for s, h in with_digits),
+        "numerals": sum(bool(digit_runs(h)) for (s, _), h in sample if not digit_runs(s)),
+        "chrF": sacrebleu.corpus_chrf([h for _, h in sample], [[r for (_, r), _ in sample]]).score,
+        "chrF_split": sacrebleu.corpus_chrf(hyps, [[r for _, r in data]]).score, "lines": len(data),
+    }  # fmt: skip
+
+
+def guard_row(label: str, pair: str, g: dict[str, float]) -> str:
+    return (
+        f"| {pair} | {label} | {g['loops']} ({100 * g['loops'] / g['texts']:.1f} %) | "
+        f"{100 * g['kept'] / g['digits']:.1f} ({g['kept']} / {g['digits']}) | {g['made_up']} | {g['numerals']} | "
+        f"{g['chrF']:.2f} | {g['chrF_split']:.2f} |"
+    )
+
+
+def trial_rows(pair: str, t: dict[str, Any], plain: dict[str, float]) -> list[str]:
+    """The guards tried on one pair's looping outputs, and the penalties tried on every held-out text."""
+    rows = [
+        f"| {pair} | {label}, the looping outputs again | {g['left']} of {t['looping']} | {g['chrF_split']:.2f} | – |"
+        for label, g in t["guards"].items()
+    ]
+    rows += [
+        f"| {pair} | {label}, every text | – | – | {g['chrF']:.2f} ({g['loops']} loops) |"
+        for label, g in t["everywhere"].items()
+    ]
+    none = (
+        f"| {pair} | none | {t['looping']} | {plain['chrF_split']:.2f} | {plain['chrF']:.2f} ({plain['loops']} loops) |"
+    )
+    return [none, *rows]
+
+
+def write_guards(before: dict[str, Any], after: dict[str, Any]) -> None:
+    lines_ = [
+        "### Loops, digits and chrF on the whole test split (`--split`)",
+        "",
+        "`ATTNSERVE_REPETITION_GUARD=true python bench/spans_whole.py --split --save after.json --trials`, then "
+        f"`python bench/spans_whole.py --split --before before.json --after after.json`, on {machine()} (shared "
+        f"with other jobs); {versions('onnxruntime')}; `before.json` from `python bench/spans_whole.py --split --save "
+        "before.json` in a checkout of the code before (commit 5afc8ae, with this bench script). Each shipped pair's "
+        "whole test split (2,803 en-ja and 3,297 en-de lines) through `Engine.translate_now` with "
+        f"default options (greedy, one thread); loops and digits on the {HELD_OUT} held-out texts that "
+        "bench/common.py's `pairs` samples from it.",
+        "",
+        "- *loops*: outputs that repeat a stretch of 2–20 characters three times or more in a row, or one letter or "
+        "ideograph four times or more, where the source does not (`service/text/repetition.py`'s rule).",
+        "- *digits kept*: of the held-out texts with digits, those whose every run of digits (inside words too, "
+        "full-width digits read as ASCII) is in the output at least as often; *made up*: runs of digits in those "
+        "outputs that their source does not have; *numerals*: outputs with digits among the texts without any "
+        "(the model's numerals for number words: 2月 for February, 1つ for one).",
+        "",
+        "| pair | code | loops | digits kept % | made up | numerals | chrF (held-out) | chrF (whole split) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    trials = []
+    for pair in after:
+        data = split(pair)
+        if pair in before:
+            lines_.append(guard_row("before", pair, guards(data, before[pair]["outputs"])))
+        lines_.append(guard_row("after (the service)", pair, guards(data, after[pair]["outputs"])))
+        if "trials" in after[pair]:
+            trials += trial_rows(pair, after[pair]["trials"], guards(data, after[pair]["trials"]["plain"]))
+    if trials:
+        lines_ += [
+            "",
+            "Repetition guards tried (the after code without its guard, then each guard on the outputs that loop on "
+            "the whole split; and two penalties on every held-out text, as a CTranslate2 or transformers user sets "
+            "them):",
+            "",
+            "| pair | guard | loops left (whole split) | chrF (whole split) | chrF (held-out) |",
+            "|---|---|---:|---:|---:|",
+            *trials,
+        ]
+    write_section("spans-guards", "\n".join(lines_))
+    print("\n".join(lines_))
+
+
 def row(label: str, m: dict) -> str:
     t = m["totals"]
     return (
@@ -168,7 +357,20 @@ def main() -> None:
     parser.add_argument("--bundle", type=Path, default=EN_JA)
     parser.add_argument("--save", type=Path, help="measure this checkout and save the figures here")
     parser.add_argument("--before", type=Path, help="the saved figures of the code before")
+    parser.add_argument("--split", action="store_true", help="each shipped pair's whole test split instead")
+    parser.add_argument("--trials", action="store_true", help="with --split --save: try the repetition guards too")
+    parser.add_argument("--after", type=Path, help="with --split: the saved figures of this code (--save --trials)")
     args = parser.parse_args()
+    if args.split:
+        if args.after:
+            outputs = json.loads(args.after.read_text())
+        else:
+            outputs = split_outputs(SPLIT_PAIRS, Options(), trials=args.trials or not args.save)
+        if args.save:
+            args.save.write_text(json.dumps(outputs, ensure_ascii=False))
+            return
+        write_guards(json.loads(args.before.read_text()) if args.before else {}, outputs)
+        return
     engine = Engine.load(args.bundle, Settings(threads=1))
     engine.warm_up()
     data = lines()

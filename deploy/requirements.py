@@ -2,8 +2,7 @@
 
 With --gpu, `onnxruntime` is replaced by the `gpu` extra: onnxruntime-gpu and the nvidia-* wheels of the CUDA and
 cuDNN libraries it loads, all pinned (--no-cuda leaves those wheels out, --cuda prints them alone: the Dockerfile
-installs them in a layer of their own). With --importer, only what `attnserve import-argos` adds to the service's:
-the `train` extra's torch (the Dockerfile's `import` target). The two ONNX Runtime packages install the same
+installs them in a layer of their own). The two ONNX Runtime packages install the same
 `onnxruntime` module, so an environment must hold exactly one of them. The Dockerfile installs these lists and the
 project itself with --no-deps, so pyproject.toml stays the only place the dependencies are written.
 """
@@ -20,10 +19,8 @@ def name(requirement: str) -> str:
     return re.split(r"[^A-Za-z0-9._-]", requirement, maxsplit=1)[0]
 
 
-def requirements(gpu: bool, importer: bool = False, cuda: bool = True) -> list[str]:
+def requirements(gpu: bool, cuda: bool = True) -> list[str]:
     project = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())["project"]
-    if importer:
-        return [d for d in project["optional-dependencies"]["train"] if name(d) == "torch"]
     deps: list[str] = project["dependencies"]
     if not gpu:
         return deps
@@ -40,10 +37,9 @@ if __name__ == "__main__":
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--gpu", action="store_true", help="onnxruntime-gpu and the CUDA wheels instead of onnxruntime")
     which.add_argument("--cuda", action="store_true", help="only the CUDA and cuDNN wheels of --gpu")
-    which.add_argument("--importer", action="store_true", help="only what import-argos adds: torch")
     parser.add_argument("--no-cuda", action="store_true", help="with --gpu: without the CUDA and cuDNN wheels")
     args = parser.parse_args()
     if args.no_cuda and not args.gpu:
         parser.error("--no-cuda goes with --gpu")
-    listed = cuda_wheels() if args.cuda else requirements(args.gpu, args.importer, cuda=not args.no_cuda)
+    listed = cuda_wheels() if args.cuda else requirements(args.gpu, cuda=not args.no_cuda)
     print("\n".join(listed))

@@ -40,7 +40,7 @@ class Settings(BaseSettings):
     argos_cache: Path = Field(
         default_factory=default_cache_dir,
         description="Where the packages' bundles are kept, one a package's content (docs/MODELS.md): imported by "
-        "`attnserve import-argos --packages`, or by serve itself where the importer (torch) is installed.",
+        "`attnserve import-argos --packages`, or by serve itself, which imports what it lacks.",
     )
     models_memory_mb: int = Field(
         0,
@@ -201,6 +201,11 @@ class Settings(BaseSettings):
         ge=1,
         description="Lines longer than this are cut into sentences, decoded together in one batch; shorter lines "
         "decode whole (a UI string's sentences read better together).",
+    )
+    repetition_guard: bool = Field(
+        True,
+        description="An output that loops where its source does not is decoded once more under a repetition guard "
+        "(service/serving/unlooping.py); every other output is the model's. False: every output as decoded.",
     )
     glossary_dir: Path | None = Field(
         None,

@@ -9,6 +9,9 @@ import pytest
 FIXTURES = Path(__file__).resolve().parent / "fixtures"  # written by ``python -m tests.bundles``
 # A machine's own LibreTranslate packages are served by default (service/serving/packages.py); never in the tests.
 os.environ["ARGOS_PACKAGES_DIR"] = str(FIXTURES / "no-argos-packages")
+# The tests' random models loop: the tests compare their outputs as decoded (tests/service/serving/test_unlooping.py
+# turns the guard on).
+os.environ["ATTNSERVE_REPETITION_GUARD"] = "false"
 TINY, TINY_INT8 = "tiny-en-ja", "tiny-en-ja-int8"
 
 

@@ -1,7 +1,7 @@
 """A packages directory imported into the cache that ``attnserve serve`` reads (service/serving/packages.py):
-``attnserve import-argos --packages DIR --cache CACHE``, the one-shot step that docker compose and a Kubernetes
-init container run before the server. ``python -m model.importers.argos_cache FOLDER OUT NAME`` imports one
-package: what a development server runs in a subprocess for each package its cache lacks.
+``attnserve import-argos --packages DIR --cache CACHE``, which fills a cache ahead of the servers.
+``python -m model.importers.argos_cache FOLDER OUT NAME`` imports one package: what ``attnserve serve`` runs in a
+subprocess for each package its cache lacks.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ import numpy as np
 from service.decoding.caches import CacheLayout
 from service.decoding.constraint import OUTSIDE
 from service.decoding.encoding import Encoded
+from service.decoding.repetition import penalize
 from service.decoding.request import DecodeResult
 from service.decoding.rows import Job, Plan, Rows
 from service.decoding.search import CandidateScores, Scores, beam_choose, force, greedy
@@ -136,7 +137,7 @@ class Batch:
         rows.start[at], rows.length[at], rows.last[at], rows.score[at] = T, 0, self.spec.decoder_start_id, 0.0
         rows.alive[at] = np.concatenate([[True], rows_of[1:] != rows_of[:-1]])  # a request's first row
         rows.scored[at] = (np.array([r.scores for r in requests]) | (width >= 2))[rows_of]
-        rows.constrained[at] = np.array([r.constraint is not None for r in requests])[rows_of]
+        rows.constrained[at] = np.array([r.adjusted for r in requests])[rows_of]
         rows.state[at], rows.done[at] = OUTSIDE, 0
         for slot, i in zip(at.tolist(), rows_of.tolist(), strict=True):
             rows.attention[slot] = ([], []) if requests[i].attention else None
@@ -222,23 +223,25 @@ class Batch:
             self._attend(ix, parents, out)
 
     def _constrain(self, logits: np.ndarray) -> None:
-        """Constrained rows' forbidden tokens get no probability (service/decoding/constraint.py)."""
+        """Constrained rows' forbidden tokens get no probability (service/decoding/constraint.py), and rows with a
+        repetition penalty have it applied (service/decoding/repetition.py)."""
         rows = self.rows
         for r in self.plan.constrained.tolist():
-            constraint = self.jobs[int(rows.job[r])].request.constraint
-            assert constraint is not None
-            logits[r, ~constraint.allowed(int(rows.state[r]), int(rows.done[r]))] = -np.inf
+            request = self.jobs[int(rows.job[r])].request
+            if (constraint := request.constraint) is not None:
+                logits[r, ~constraint.allowed(int(rows.state[r]), int(rows.done[r]))] = -np.inf
+            if request.repetition_penalty != 1.0 or request.no_repeat_ngram_size:
+                generated = rows.tokens[r, : rows.length[r]]
+                penalize(logits[r], generated, request.repetition_penalty, request.no_repeat_ngram_size)
 
     def _advance(self, ix: np.ndarray, chosen: np.ndarray) -> None:
         """Constrained rows among ``ix`` read their new tokens ``chosen`` (a beam child carries its parent's state,
         moved with the row)."""
         rows = self.rows
         for r, token in zip(ix.tolist(), chosen.tolist(), strict=True):
-            if rows.constrained[r]:
-                constraint = self.jobs[int(rows.job[r])].request.constraint
-                assert constraint is not None
-                if (step := constraint.advance(int(rows.state[r]), int(rows.done[r]), token)) is not None:
-                    rows.state[r], rows.done[r] = step
+            constraint = self.jobs[int(rows.job[r])].request.constraint if rows.constrained[r] else None
+            if constraint is not None and (step := constraint.advance(int(rows.state[r]), int(rows.done[r]), token)):
+                rows.state[r], rows.done[r] = step
 
     def _beams(
         self,

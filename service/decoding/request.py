@@ -30,6 +30,9 @@ class DecodeRequest:
             each scores 0, they count in ``max_length`` and in the length that beam search's length penalty divides
             by, </s> ends nothing before their end, and the hypotheses come back without their tokens, scores and
             attention steps (a self-attention row keeps their positions among its keys).
+        repetition_penalty: a generated token's logit is divided by this where positive and multiplied where
+            negative, as transformers and CTranslate2 do (1: none; service/decoding/repetition.py).
+        no_repeat_ngram_size: no n-gram of tokens twice (0: none).
     """
 
     src: list[int]
@@ -42,6 +45,13 @@ class DecodeRequest:
     scores: bool = True
     constraint: StandIns | None = None
     prefix: tuple[int, ...] = ()
+    repetition_penalty: float = 1.0
+    no_repeat_ngram_size: int = 0
+
+    @property
+    def adjusted(self) -> bool:
+        """Whether its logits are adjusted before a token is chosen (a constraint or a repetition penalty)."""
+        return self.constraint is not None or self.repetition_penalty != 1.0 or self.no_repeat_ngram_size > 0
 
 
 @dataclass

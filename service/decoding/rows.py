@@ -48,7 +48,7 @@ class Rows:
         self.tokens = np.zeros((n, columns), np.int64)  # [:, :length]
         self.token_scores = np.zeros((n, columns))
         self.attention: list[Attention | None] = [None] * n  # only for requests that collect attention
-        self.constrained = np.zeros(n, bool)  # its request has a constraint (service/decoding/constraint.py)
+        self.constrained = np.zeros(n, bool)  # its request adjusts logits (DecodeRequest.adjusted)
         self.state = np.full(n, OUTSIDE, np.int64)  # the constraint's state: OUTSIDE or the stand-in digits read
         self.done = np.zeros(n, np.int64)  # the constraint's stand-ins emitted, a bit each
 
@@ -122,7 +122,7 @@ class Plan:
     scored: bool  # some row needs log-probabilities
     attends: bool  # some row collects attention
     greedy: bool  # every row greedy and unscored: a graph's own greedy tokens serve (no logits)
-    constrained: np.ndarray  # rows whose request has a constraint (their logits are masked)
+    constrained: np.ndarray  # rows whose request adjusts logits (a constraint, a repetition penalty)
 
     @classmethod
     def of(cls, rows: Rows) -> Plan:

@@ -37,7 +37,7 @@ from service.serving.core_sharing import WhileSaturated
 from service.serving.explain import explaining
 from service.serving.restoring import ForcingRunner, Restored, attend, restore_spans, worst
 from service.serving.scheduler import DeadlineExceeded, Scheduler, StepStats
-from service.serving.steps import Step, carried, carried_now
+from service.serving.steps import Step, carried, carried_now, together
 from service.serving.translation import (
     AttentionResult,
     Details,
@@ -51,6 +51,7 @@ from service.serving.translation import (
     join_details,
     translation_strings,
 )
+from service.serving.unlooping import Guard, unlooped
 from service.settings import Settings
 from service.text.forced import forced_targets
 from service.text.glossary import read_glossary
@@ -365,10 +366,12 @@ class Engine:
         to decode (and is sent their results) or a function to call off the event loop (and is sent ``[]``), and
         returns the translations."""
         self._check(texts)
-        prepared = self.text.prepare(texts, options.glossary, options.keep)
-        if prepared is None:
+        prepared = None if options.raw else self.text.prepare(texts, options.glossary, options.keep)
+        if prepared is None:  # every text decodes as it is
             requests = [self._request(t, options, self._attention_rows(options)) for t in texts]
             results = yield requests
+            if (guard := self._guard(options)) is not None:
+                yield from unlooped(guard, self.tokenizer.decode, list(texts), requests, results)
             if options.alignments:
                 yield from self._attend_best(requests, results)
             out = self._translations(requests, results, options)
@@ -377,6 +380,9 @@ class Engine:
             return self._assessed(texts, out) if options.details else out
         requests = self._segment_requests(prepared, options)
         results = yield requests
+        if (guard := self._guard(options)) is not None:
+            sources = [s.source for s in prepared.segments]
+            yield from unlooped(guard, self.tokenizer.decode, sources, requests, results)
         restored = yield from restore_spans(self.text, self.runners.forced, prepared, requests, results)
         self._on_spans([p for p in restored.paths if p is not None])
         out = self._finished(prepared, requests, results, restored, options)
@@ -384,6 +390,11 @@ class Engine:
             yield from self._attend_best(requests, results)
             out = self._aligned(texts, out, self._segment_inputs(prepared, results, restored))
         return self._assessed(texts, out) if options.details else out
+
+    def _guard(self, options: Options) -> Guard | None:
+        """The request's repetition guard where the settings keep it on (service/serving/unlooping.py); a raw text
+        gets the model's output as it is."""
+        return options.guard if self.settings.repetition_guard and not options.raw else None
 
     def _attention_rows(self, options: Options) -> bool:
         """Whether decoding collects attention rows: for details, and for alignments where no forced decoder can
@@ -497,44 +508,64 @@ class Engine:
 
     async def attention(
         self,
-        text: str,
+        texts: Sequence[str],
         options: Options,
         filters: Filters,
-        target_text: str | None = None,
+        target_texts: Sequence[str | None] | None = None,
         gone: Gone | None = None,
         arrival: float | None = None,
-    ) -> AttentionResult:
-        """Translate (or force-decode ``target_text``) one text on the exact graphs, with its attention weights: the
-        text is cut into segments and its spans masked as :meth:`translate` does, so it gets the same translation.
+    ) -> list[AttentionResult]:
+        """Translate (or force-decode each text's ``target_texts`` entry, None: search) texts on the exact graphs,
+        with their attention weights: each text is cut into segments and its spans masked as :meth:`translate` does,
+        so it gets the same translation. The texts' segments decode together; each text's answer is the one it gets
+        alone.
 
         Raises:
             NoSuchIndex: a layer or head in ``filters`` that the model does not have.
-            TooLarge: the text or the target text is over a limit, or its weights over the memory budget.
-            LayoutMismatch: ``target_text`` is not laid out as the text (service/text/forced.py).
+            TooLarge: a text or a target text is over a limit, or the weights over the memory budget.
+            LayoutMismatch: a target text is not laid out as its text (service/text/forced.py).
             QueueFull, DeadlineExceeded, ClientGone: as :meth:`translate`.
         """
-        prepared, requests = self._attention_requests(text, options, filters, target_text)
+        steps, requests, size = self._explaining(texts, options, filters, target_texts)
         check_servable(requests, self.settings)  # a constrained re-decode redoes some of these, within their bounds
         deadline = (arrival or time.monotonic()) + self.settings.request_timeout_s
-        recover = target_text is None
 
         def sent(step: list[DecodeRequest]) -> Awaitable[list[DecodeResult]]:
             return self._sent(step, True, gone, deadline)
 
-        async with self.budget.hold(self._attention_bytes(prepared, requests, filters, recover), deadline):
-            spec, align = self.bundle.spec, (text, self.pair) if options.alignments else None
-            steps = explaining(self.text, self.runners.forced, spec, prepared, requests, filters, recover, align)
+        async with self.budget.hold(size, deadline):
             return await carried(steps, sent)
 
     def attention_now(
-        self, text: str, options: Options, filters: Filters, target_text: str | None = None
-    ) -> AttentionResult:
-        """:meth:`attention` without a scheduler (the command line)."""
-        prepared, requests = self._attention_requests(text, options, filters, target_text)
-        spec, recover = self.bundle.spec, target_text is None
-        align = (text, self.pair) if options.alignments else None
-        steps = explaining(self.text, self.runners.forced, spec, prepared, requests, filters, recover, align)
+        self,
+        texts: Sequence[str],
+        options: Options,
+        filters: Filters,
+        target_texts: Sequence[str | None] | None = None,
+    ) -> list[AttentionResult]:
+        """:meth:`attention` without a scheduler (the command line): the texts' segments decode together."""
+        steps, _, _ = self._explaining(texts, options, filters, target_texts)
         return carried_now(steps, partial(self._decode_now, exact=True))
+
+    def _explaining(
+        self,
+        texts: Sequence[str],
+        options: Options,
+        filters: Filters,
+        target_texts: Sequence[str | None] | None,
+    ) -> tuple[Generator[Step, list[DecodeResult], list[AttentionResult]], list[DecodeRequest], int]:
+        """The texts' /attention work as one step generator (service/serving/steps.py's ``together``), every
+        request of their first decode, and the bytes they hold (:meth:`_attention_bytes`)."""
+        spec, forced = self.bundle.spec, self.runners.forced
+        answers, everything, size = [], [], 0
+        for text, target in zip(texts, target_texts or [None] * len(texts), strict=True):
+            prepared, requests = self._attention_requests(text, options, filters, target)
+            recover = target is None
+            align = (text, self.pair) if options.alignments else None
+            answers.append(explaining(self.text, forced, spec, prepared, requests, filters, recover, align))
+            everything += requests
+            size += self._attention_bytes(prepared, requests, filters, recover)
+        return together(answers), everything, size
 
     def _attention_bytes(
         self, prepared: Prepared, requests: list[DecodeRequest], filters: Filters, recover: bool
@@ -614,7 +645,7 @@ class Engine:
         return (
             exact
             or (not fast.attention and any(r.attention for r in requests))
-            or (fast.form.candidates and any(r.forced is not None or r.constraint is not None for r in requests))
+            or (fast.form.candidates and any(r.forced is not None or r.adjusted for r in requests))
         )
 
     async def _wait(
@@ -696,10 +727,10 @@ class Engine:
         if bad:
             raise NoSuchIndex(f"heads {bad} do not exist: the model has heads 0..{spec.h - 1}")
         self._check([text])
-        prepared = self.text.segmented(text, options.glossary, options.keep)
+        prepared = self.text.segmented(text, options.glossary, options.keep, options.raw)
         targets: list[str | None] = [None] * len(prepared.segments)
         if target_text is not None:
             self._check_target(target_text)
-            targets = list(forced_targets(prepared, target_text, self.target))
+            targets = [target_text] if options.raw else list(forced_targets(prepared, target_text, self.target))
         segments = zip(prepared.segments, targets, strict=True)
         return prepared, [self._request(s.source, options, True, t) for s, t in segments]

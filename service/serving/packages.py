@@ -168,8 +168,8 @@ def sync(directory: Path, cache: Path, importer: Importer | None) -> list[Outcom
 def missing_reason(directory: Path, cache: Path) -> str:
     """Why a package without a bundle in the cache stays so where the importer cannot run."""
     return (
-        f"no bundle in {cache}, and the importer (torch) is not installed here: run `attnserve import-argos "
-        f"--packages {directory} --cache {cache}` where it is (docs/DEPLOY.md)"
+        f"no bundle in {cache}, and the importer (the model package and onnx) is not installed here: run "
+        f"`attnserve import-argos --packages {directory} --cache {cache}` where it is (docs/DEPLOY.md)"
     )
 
 

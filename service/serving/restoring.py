@@ -71,7 +71,12 @@ def restore_spans(
     if not broken:
         return Restored(texts, paths)
     tries = [(i, c) for i in broken if (c := text.constraint(segments[i])) is not None]
-    redone = (yield [replace(requests[i], constraint=c) for i, c in tries]) if tries else []
+    again_requests = [replace(requests[i], constraint=c) for i, c in tries]
+    redone = (yield again_requests) if tries else []
+    tried = [segments[i] for i, _ in tries]  # a stand-in the constraint spelled in pieces is placed by attention
+    yield from attend(
+        forced, again_requests, redone, list(range(len(tries))), lambda k, h: text.needs_attention(tried[k], h)
+    )
     for (i, _), result in zip(tries, redone, strict=True):
         again = [text.restored(segments[i], requests[i].src, h) for h in result.hypotheses]
         if again and not any(text.problems(segments[i], t) for t in again):

@@ -12,6 +12,7 @@ import numpy.typing as npt
 from service.errors import InvalidText
 from service.runtime.bundle import unencodable
 from service.serving.alignment import Alignable
+from service.serving.unlooping import GUARD, Guard
 
 KINDS = ("encoder", "decoder", "cross")
 Gone = Callable[[], Awaitable[bool]]  # whether the caller went away (Starlette's Request.is_disconnected)
@@ -29,6 +30,8 @@ class Options:
         details: add tokens, scores and a cross-attention alignment to each translation.
         glossary: source term → target term, enforced where a term occurs (service/text/).
         keep: terms copied verbatim.
+        raw: each text goes to the model as given, whole: no layout, sentence split, span masking, glossary or guard.
+        guard: how an output that loops is decoded again (service/serving/unlooping.py); None: never.
         alignments: give each translation the cross-attention its word alignments are read from.
     """
 
@@ -39,6 +42,8 @@ class Options:
     details: bool = False
     glossary: Mapping[str, str] | None = None
     keep: tuple[str, ...] = ()
+    raw: bool = False
+    guard: Guard | None = GUARD
     alignments: bool = False
 
     @property
@@ -198,4 +203,5 @@ def translation_strings(t: Translation) -> list[str]:
 def cache_key(options: Options) -> Hashable:
     """What of a request's options its translations depend on (``details`` answers are not cached)."""
     glossary = tuple(sorted(options.glossary.items())) if options.glossary else None
-    return (options.beam_size, options.max_length, options.alternatives, options.length_penalty, glossary, options.keep)
+    o = options
+    return (o.beam_size, o.max_length, o.alternatives, o.length_penalty, glossary, o.keep, o.raw, o.guard)

@@ -22,6 +22,7 @@ from service.text.placement import DEFAULT, Aggregation, copied, in_order, posit
 from service.text.sentences import sentences
 from service.text.spans import Masked, find_spans, has_spans, mask
 from service.text.verify import STAND_IN, cleaned, numbers, problems
+from service.text.words import UNSPACED, cuts
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +139,8 @@ class TextPipeline:
         self.spelling = spelling
         self.numbers = numbers
         self.vocabulary = characters(tokenizer)
+        unspaced = language.split("-")[0].lower() in UNSPACED  # else spans.py's rule: letters, digits, "_"
+        self.words = partial(cuts, lang=language) if unspaced else None  # where a glossary term would cut a word
 
     def plain(self, text: str) -> bool:
         """Whether ``text`` decodes as it is: no edge whitespace, one line, short, no span."""
@@ -171,7 +174,7 @@ class TextPipeline:
                     body = sentence.strip()
                     lead = sentence[: len(sentence) - len(sentence.lstrip())]
                     trail = sentence[len(lead) + len(body) :]
-                    spans = find_spans(body, self.vocabulary, terms, keep, self.numbers)
+                    spans = find_spans(body, self.vocabulary, terms, keep, self.numbers, self.words)
                     masked = mask(body, spans) if spans else None
                     prepared.segments.append(Segment(masked.text if masked else body, masked))
                     prepared.offsets.append((at + len(lead), at + len(lead) + len(body)))
@@ -182,9 +185,12 @@ class TextPipeline:
             prepared.parts.append(stretches)
         return prepared
 
-    def segmented(self, text: str, glossary: Mapping[str, str] | None = None, keep: Sequence[str] = ()) -> Prepared:
-        """One text as :meth:`prepare` cuts it for /translate, a plain text as one segment."""
-        prepared = self.prepare([text], glossary, keep)
+    def segmented(
+        self, text: str, glossary: Mapping[str, str] | None = None, keep: Sequence[str] = (), raw: bool = False
+    ) -> Prepared:
+        """One text as :meth:`prepare` cuts it for /translate, a plain text as one segment; ``raw``: the whole text
+        as one segment, as given (no layout, sentence, span or glossary)."""
+        prepared = None if raw else self.prepare([text], glossary, keep)
         if prepared is None:
             prepared = Prepared()
             prepared.add_plain(text)

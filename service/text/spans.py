@@ -8,7 +8,7 @@ inline tags here as text); placing a span in the translation is service/text/pla
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 # One alternation, most specific first: the first alternative that matches at a position wins.
@@ -22,12 +22,16 @@ PATTERNS: dict[str, str] = {
     "entity": r"&(?:[A-Za-z][A-Za-z0-9]{1,31}|#\d{1,7}|#[xX][0-9A-Fa-f]{1,6});",
     "tag": r"</?[A-Za-z][A-Za-z0-9:_-]*"
     r"(?:\s+[A-Za-z_:][-A-Za-z0-9_:.]*(?:\s*=\s*(?:\"[^\"]*\"|'[^']*'|[^\s\"'=<>`]+))?)*\s*/?>",
-    # Digits not glued to a Latin letter, "_" or another digit ("60", "1.5", "2,000"; not "mp3"): the model loses and
-    # invents numbers it reads, and keeps more of them masked (docs/BENCHMARKS.md, "Whole outputs").
-    "number": r"(?<![A-Za-z0-9_])\d+(?:[.,]\d+)*(?![A-Za-z0-9_])",
+    # A number ("60", "1.5", "2,000", "2010-07-18", "12:30", the "2" of "2nd": an ordinal's suffix is the model's to
+    # translate): the model loses and invents numbers it reads, and keeps them masked (docs/BENCHMARKS.md).
+    "number": r"(?<![A-Za-z\d_])\d+(?:[.,:/-]\d+)*(?=(?:st|nd|rd|th)?(?![A-Za-z\d_]))",
+    # A word with digits in it ("mp3", "x86_64", "3D", "v1.2"): a code or a name, kept as written.
+    "code": r"(?<![A-Za-z\d_])(?=[A-Za-z_]*\d)[A-Za-z\d_]+(?:[.,]\d+)*(?![A-Za-z\d_])",
 }
 SPANS = re.compile("|".join(f"(?P<{kind}>{pattern})" for kind, pattern in PATTERNS.items()))
-WITHOUT_NUMBERS = re.compile("|".join(f"(?P<{k}>{p})" for k, p in PATTERNS.items() if k != "number"))
+DIGIT_KINDS = frozenset({"number", "code"})  # TextPipeline.numbers False leaves them to the model
+WITHOUT_NUMBERS = re.compile("|".join(f"(?P<{k}>{p})" for k, p in PATTERNS.items() if k not in DIGIT_KINDS))
+DIGITS = re.compile(r"\d+")
 FORMAT_KINDS = frozenset({"printf", "brace", "marker"})  # a program formats them: losing one breaks it
 
 
@@ -53,6 +57,7 @@ def find_spans(
     glossary: Mapping[str, str] | None = None,
     keep: Iterable[str] = (),
     numbers: bool = True,
+    inside: Callable[[str], Collection[int]] | None = None,
 ) -> list[Span]:
     """Every protected span of ``text``, in order and without overlaps.
 
@@ -61,25 +66,40 @@ def find_spans(
         vocabulary: the characters the tokenizer's pieces contain; others are protected (empty: none are).
         glossary: source term → target term, matched as whole words, case-sensitively.
         keep: terms copied verbatim, matched as glossary terms are.
-        numbers: numbers are spans (``number``); False leaves them to the model.
+        numbers: numbers and words with digits are spans (``number``, ``code``); False leaves them to the model.
+        inside: the offsets inside a word of a text, where a term must not start or end (service/text/words.py's
+            ``cuts`` for the text's language); None: between two letters, digits or "_".
 
     Returns:
         The spans; where two overlap the earlier (then the longer) wins, terms before patterns.
     """
     found: list[Span] = []
     terms = {**{t: t for t in keep}, **(glossary or {})}
+    cut: Collection[int] | None = None  # offsets inside a word, found once a term occurs
     for term in sorted(terms, key=len, reverse=True):
         if not term:
             continue
         kind = "glossary" if glossary and term in glossary else "keep"
-        for m in re.finditer(rf"(?<!\w){re.escape(term)}(?!\w)", text):
-            found.append(Span(m.start(), m.end(), kind, terms[term]))
+        start = text.find(term)
+        while start >= 0:
+            cut = (inside or _inside_words)(text) if cut is None else cut
+            if start not in cut and start + len(term) not in cut:
+                found.append(Span(start, start + len(term), kind, terms[term]))
+            start = text.find(term, start + 1)
     for m in (SPANS if numbers else WITHOUT_NUMBERS).finditer(text):
         kind = m.lastgroup or "tag"
         found.append(Span(m.start(), m.end(), kind, m.group()))
+    if numbers:  # digits that no pattern took whole ("%C24": "24" after a conversion)
+        found.extend(Span(m.start(), m.end(), "number", m.group()) for m in DIGITS.finditer(text))
     if vocabulary:
         found.extend(_unknown_chars(text, vocabulary))
     return _without_overlaps(found)
+
+
+def _inside_words(text: str) -> frozenset[int]:
+    """The offsets between two word characters (letters, digits, "_")."""
+    word = [c.isalnum() or c == "_" for c in text]
+    return frozenset(i for i in range(1, len(text)) if word[i - 1] and word[i])
 
 
 def _unknown_chars(text: str, vocabulary: Collection[str]) -> list[Span]:
@@ -111,7 +131,7 @@ def _without_overlaps(spans: list[Span]) -> list[Span]:
 def has_spans(text: str, vocabulary: Collection[str] = (), numbers: bool = True) -> bool:
     """Whether ``text`` has a pattern span (a number, unless ``numbers`` is False) or a character outside
     ``vocabulary``: the cheap test that keeps plain texts on the fast path."""
-    if (SPANS if numbers else WITHOUT_NUMBERS).search(text) is not None:
+    if (SPANS if numbers else WITHOUT_NUMBERS).search(text) is not None or (numbers and DIGITS.search(text)):
         return True
     return bool(vocabulary) and not set(text).issubset(vocabulary)
 

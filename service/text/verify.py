@@ -18,7 +18,7 @@ STAND_IN = re.compile(r"\{\d+\}")
 # digits ("{4", "7}"), or a lone brace.
 FRAGMENT = re.compile(r"\{[^{}\s]*\}|\{\d*|\d*\}")
 TAG = re.compile(PATTERNS["tag"])
-NUMBER = re.compile(PATTERNS["number"])
+NUMBER = re.compile(r"\d+")  # every run of digits, inside words too
 
 PROBLEMS = ("spans", "fragments", "tags", "numbers")
 

@@ -164,3 +164,9 @@ def _segmenter(code: str) -> Segmenter | None:
         return SEGMENTERS[code][1]()
     except ImportError:
         return None
+
+
+def cuts(text: str, lang: str) -> frozenset[int]:
+    """The offsets inside a word of ``text`` (neither a word's start nor its end): where a glossary term must
+    neither start nor end."""
+    return frozenset(p for start, end in words(text, lang) for p in range(start + 1, end))

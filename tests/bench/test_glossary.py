@@ -14,6 +14,7 @@ from glossary import (
     by_fallback,
     choose,
     constrained,
+    kept_as_words,
     kept_rate,
     lines_with_terms,
     mine,
@@ -123,3 +124,10 @@ def test_the_model_first_then_masking_keeps_every_term(engine: Engine) -> None:
     rows = lines_with_terms([("Open the file", ""), ("Save the settings of this file now", "")], glossary)
     assert len(rows) == 2
     assert kept_rate(rows, by_fallback(engine, rows, glossary)) == 100
+
+
+def test_kept_as_words_counts_terms_not_glued_into_a_longer_word() -> None:
+    rows = [Row("Open file", "ファイルを開く", [(5, 9, "ファイル")])]
+    assert kept_as_words(rows, ["ファイルを開く"]) == 100
+    assert kept_as_words(rows, ["開く"]) == 0
+    assert kept_as_words([Row("Open", "開く", [(0, 4, "開")])], ["開く"]) == 0  # inside the word 開く

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+# The images' ATTNSERVE_ARGOS_CACHE, a directory owned by their user 10001 (Dockerfile), where volumes are mounted.
+IMAGE_ARGOS_CACHE = "/var/cache/attnserve/argos"
 DASHBOARD = REPO / "deploy" / "grafana" / "dashboards" / "attnserve.json"
 # Grafana variables in the dashboard's queries and what the tests put in their place.
 DASHBOARD_VARIABLES = {"$__rate_interval": "1m", "$instance": ".*", "$pair": ".*"}

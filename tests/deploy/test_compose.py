@@ -7,9 +7,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import REPO, run_tool
+from .conftest import IMAGE_ARGOS_CACHE, REPO, run_tool
 
-COMPOSE_FILES = ["docker-compose.yml", "docker-compose.gpu.yml", "docker-compose.argos.yml"]
+COMPOSE_FILES = [
+    "docker-compose.yml",
+    "docker-compose.gpu.yml",
+    "docker-compose.argos.yml",
+    "docker-compose.libretranslate.yml",
+]
+# Where LibreTranslate's image keeps its models volume, and argos-translate its packages under it.
+LIBRETRANSLATE_LOCAL = "/home/libretranslate/.local"
+LIBRETRANSLATE_PACKAGES = LIBRETRANSLATE_LOCAL + "/share/argos-translate/packages"
 
 
 def load(name: str) -> dict:
@@ -84,18 +92,27 @@ def mount(volume: str) -> tuple[str, tuple[str, str]]:
     return target, (source, mode)
 
 
-def test_argos_override_imports_before_the_api_serves_the_cache() -> None:
-    services = load("docker-compose.argos.yml")["services"]
-    importer, api = services["import"], services["api"]
-    assert importer["build"]["target"] == "import" and importer["command"][:2] == ["import-argos", "--packages"]
-    assert api["depends_on"] == {"import": {"condition": "service_completed_successfully"}}
-    command = dict(zip(importer["command"][1::2], importer["command"][2::2], strict=True))
-    mounts = {s: dict(mount(v) for v in service["volumes"]) for s, service in services.items()}
-    assert mounts["import"][command["--packages"]] == mounts["api"]["/packages"]
-    assert mounts["import"][command["--packages"]][1] == "ro", "the packages are only read"
-    assert mounts["import"][command["--cache"]] == ("argos-cache", "rw") and mounts["api"]["/cache"][1] == "ro"
+def test_argos_override_serves_the_packages_with_the_cache_in_a_volume() -> None:
+    compose = load("docker-compose.argos.yml")
+    (api,) = compose["services"].values()
+    mounts = dict(mount(v) for v in api["volumes"])
     env = api["environment"]
-    assert (env["ATTNSERVE_ARGOS_PACKAGES"], env["ATTNSERVE_ARGOS_CACHE"]) == ("/packages", command["--cache"])
+    assert mounts[env["ATTNSERVE_ARGOS_PACKAGES"]][1] == "ro", "the packages are only read"
+    assert mounts[IMAGE_ARGOS_CACHE] == ("argos-cache", "rw") and "argos-cache" in compose["volumes"]
     assert env["ATTNSERVE_BUNDLES"] == "", "the packages alone, as LibreTranslate serves them"
-    stages = (REPO / "Dockerfile").read_text()
-    assert "AS import\n" in stages and "requirements.py --importer" in stages
+    assert "depends_on" not in api, "no import service: the server imports"
+
+
+def test_libretranslate_override_takes_its_name_port_and_packages_volume() -> None:
+    compose = load("docker-compose.libretranslate.yml")
+    service = compose["services"]["libretranslate"]
+    assert service["image"] == "attnserve:cpu"
+    assert [*service["entrypoint"], *service["command"]] == ["attnserve", "serve"]
+    env = service["environment"]
+    assert env["ATTNSERVE_PORT"] == "5000" and "5000/readyz" in " ".join(service["healthcheck"]["test"])
+    assert env["ATTNSERVE_ARGOS_PACKAGES"] == LIBRETRANSLATE_PACKAGES and env["ATTNSERVE_BUNDLES"] == ""
+    mounts = dict(mount(v) for v in service["volumes"])
+    assert mounts[LIBRETRANSLATE_LOCAL] == ("libretranslate_models", "ro"), "LibreTranslate's volume, only read"
+    cache = mounts[IMAGE_ARGOS_CACHE]
+    assert cache[1] == "rw" and set(compose["volumes"]) == {"libretranslate_models", cache[0]}
+    assert service["user"] == "10001:10001" and service["read_only"] and service["tmpfs"] == ["/tmp"]

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import tomllib
 
-from .conftest import REPO, run_tool
+from .conftest import IMAGE_ARGOS_CACHE, REPO, run_tool
 
 DOCKERFILE = REPO / "Dockerfile"
 
@@ -63,6 +63,9 @@ def test_runtime_stages() -> None:
         assert "HEALTHCHECK" in stage and "/readyz" in stage, f"{name}: no HEALTHCHECK on /readyz"
         assert "--from=" + name + "-builder" in stage, f"{name}: must copy its own builder's environment"
         assert "/opt/attnserve/bundles" in stage and "ATTNSERVE_BUNDLES" in stage, f"{name}: no bundle"
+        assert f"ATTNSERVE_ARGOS_CACHE={IMAGE_ARGOS_CACHE}" in stage, f"{name}: no import cache directory"
+        assert f"install -d -o 10001 -g 10001 {IMAGE_ARGOS_CACHE}" in stage, f"{name}: a cache 10001 cannot write"
+    assert not {"import", "import-builder"} & set(all_stages), "the server imports Argos packages itself"
     assert "--gpu --no-cuda" in " ".join(all_stages["gpu-builder"]), "the GPU builder installs onnxruntime-gpu"
     assert "FROM cpu-builder AS gpu-builder" in instructions(), "the GPU builder is the CPU builder's environment"
     assert "--cuda" in " ".join(all_stages["cuda-libraries"]), "the CUDA libraries' stage installs --cuda"

@@ -1,5 +1,6 @@
 """The CPU and GPU images, built from the Dockerfile as it is and run as docker-compose.yml runs its api service; the
-GPU image on a machine without a GPU, where ATTNSERVE_PROVIDER=auto serves on the CPU.
+GPU image on a machine without a GPU, where ATTNSERVE_PROVIDER=auto serves on the CPU; and the LibreTranslate switch
+(docker-compose.libretranslate.yml), the server importing Argos packages from LibreTranslate's volume by itself.
 
 A Docker engine is used if one answers; otherwise the test starts its own (vfs storage, no bridge, no iptables,
 its data under /var/lib/attnserve-image-test, kept between runs as a cache) and stops it at the end. Where the base
@@ -30,7 +31,7 @@ import httpx
 import pytest
 import yaml
 
-from .conftest import REPO, require_tool
+from .conftest import IMAGE_ARGOS_CACHE, REPO, require_tool
 from .test_prometheus_live import free_port
 
 pytestmark = [pytest.mark.image, pytest.mark.timeout(2400)]
@@ -262,10 +263,12 @@ def gpu_image(docker: Docker, base: str, report: dict[str, Any]) -> str:
     return build(docker, "gpu", GPU_TAG, report, "gpu_")
 
 
-def compose_flags() -> list[str]:
-    """`docker run` flags for docker-compose.yml's api service: its environment and its hardening."""
-    api = yaml.safe_load((REPO / "docker-compose.yml").read_text())["services"]["api"]
+def compose_flags(api: dict[str, Any] | None = None) -> list[str]:
+    """`docker run` flags for a compose service (docker-compose.yml's api by default): its environment, its user and
+    its hardening."""
+    api = api or yaml.safe_load((REPO / "docker-compose.yml").read_text())["services"]["api"]
     flags = [f"--env={name}={value}" for name, value in api.get("environment", {}).items()]
+    flags += [f"--user={api['user']}"] if "user" in api else []
     flags += ["--read-only"] if api.get("read_only") else []
     flags += [f"--tmpfs={path}" for path in api.get("tmpfs", [])]
     flags += [f"--cap-drop={cap}" for cap in api.get("cap_drop", [])]
@@ -429,6 +432,90 @@ def test_sigterm_answers_every_request_in_flight(container: Container, report: d
     report["drain_answered_after_sigterm"] = sum(at > stop_sent for at, _ in answered)
     report["drain_last_answer_seconds"] = round(last - stop_sent, 1)
     report["drain_stop_seconds"] = round(stopped[0] - stop_sent, 1)
+
+
+# The LibreTranslate switch (docs/DEPLOY.md, "Replacing LibreTranslate in a compose file"): LibreTranslate's models
+# volume as its image leaves it (the packages under .local, owned by its user 1032), and
+# docker-compose.libretranslate.yml run as compose runs it, on that volume and a new cache volume, on port 5000.
+LIBRETRANSLATE_UID = 1032
+
+
+@pytest.fixture(scope="module")
+def argos_packages(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A LibreTranslate installation's packages directory: three packages and a broken one, built as the service's
+    tests build them (tests/service/argos_installation.py: torch and CTranslate2, in the dev extra)."""
+    from tests.bundles import tiny_spm
+    from tests.service.argos_installation import build_installation
+
+    root = tmp_path_factory.mktemp("argos")
+    return build_installation(root, tiny_spm(root / "spm"))
+
+
+def switch_log(line: str) -> None:
+    """One step of the switch, in test-artifacts/image/switch.log."""
+    with (ARTIFACTS / "switch.log").open("a") as out:
+        out.write(f"{time.strftime('%H:%M:%S')} {line}\n")
+
+
+def test_the_libretranslate_switch_imports_in_the_server_and_serves_port_5000(
+    docker: Docker, image: str, argos_packages: Path, report: dict[str, Any], tmp_path: Path
+) -> None:
+    import socket
+
+    from model.importers.argos import import_argos
+    from tests.service.argos_installation import BROKEN, PACKAGES, reference_text
+    from tests.service.http.test_clients import TEXTS as CLIENT_TEXTS  # those the clients' package tests hold
+
+    lt = pytest.importorskip("libretranslatepy", reason="the LibreTranslate client is in the test extra")
+    (ARTIFACTS / "switch.log").unlink(missing_ok=True)
+    compose = yaml.safe_load((REPO / "docker-compose.libretranslate.yml").read_text())
+    service = compose["services"]["libretranslate"]
+    env = service["environment"]
+    port, packages_at = int(env["ATTNSERVE_PORT"]), env["ATTNSERVE_ARGOS_PACKAGES"]
+    with socket.socket() as probe:
+        assert probe.connect_ex(("127.0.0.1", port)) != 0, f"port {port} is taken on this host (the container's, too)"
+    names = {volume: f"attnserve-image-test-{volume}-{os.getpid()}" for volume in compose["volumes"]}
+    mounts = [v.rsplit(":", 2) if v.endswith((":ro", ":rw")) else [*v.rsplit(":", 1), "rw"] for v in service["volumes"]]
+    (models, local, _), (cache, cache_at, _) = sorted(mounts, key=lambda m: m[1] == IMAGE_ARGOS_CACHE)
+    assert cache_at == IMAGE_ARGOS_CACHE and packages_at.startswith(local + "/")
+    name = f"attnserve-image-test-switch-{os.getpid()}"
+    try:
+        copy = f"mkdir -p {packages_at} && cp -R /src/. {packages_at} && chown -R {LIBRETRANSLATE_UID} {local}"
+        docker("run", "--rm", "--user=0", "--network=none", f"--volume={names[models]}:{local}",
+               f"--volume={argos_packages}:/src:ro", "--entrypoint=sh", image, "-c", copy)  # fmt: skip
+        switch_log(f"LibreTranslate's volume {names[models]}: {sorted(p.name for p in argos_packages.iterdir())}")
+        volumes = [f"--volume={names[source]}:{target}:{mode}" for source, target, mode in mounts]
+        entry = ["--entrypoint", service["entrypoint"][0], image, *service["entrypoint"][1:], *service["command"]]
+        started = time.monotonic()
+        docker("run", "--detach", "--name", name, "--network", "host", *compose_flags(service), *volumes, *entry)
+        container = Container(name, f"http://127.0.0.1:{port}", started, docker)
+        ready = lambda: httpx.get(f"{container.url}/readyz", timeout=2).status_code == 200  # noqa: E731
+        report["switch_import_and_start_seconds"] = round(wait_until("GET /readyz", ready, 900, container.gone), 1)
+        switch_log(f"{service['image']} as the libretranslate service, ready on port {port}")
+
+        owner = docker("exec", name, "stat", "-c", "%u:%g", IMAGE_ARGOS_CACHE).strip()
+        entries = docker("exec", name, "ls", IMAGE_ARGOS_CACHE).split()
+        switch_log(f"cache volume {names[cache]}: owned by {owner}, holds {entries}")
+        assert owner == "10001:10001", "Docker created the volume from the image's directory"
+        assert sorted(e.rsplit("-", 1)[0] for e in entries if not e.endswith(".refused")) == sorted(PACKAGES)
+        log = docker.run("logs", name)
+        for package in PACKAGES:
+            assert f"argos package {package}: importing" in log.stdout + log.stderr, f"{package}: not imported here"
+        assert f"{BROKEN} (en→fr): skipped, refused" in log.stdout + log.stderr
+
+        client = lt.LibreTranslateAPI(f"http://127.0.0.1:{port}/")
+        for package, (source, target, *_) in PACKAGES.items():
+            bundle = import_argos(argos_packages / package, tmp_path / package)
+            for text in CLIENT_TEXTS:
+                translated = client.translate(text, source, target)  # urllib: any status but 200 raises
+                assert translated == reference_text(argos_packages / package, bundle, text), (package, text)
+                switch_log(f"libretranslatepy {source}→{target} {text!r}: 200, {translated!r} (CTranslate2's)")
+        assert {"en", "ja", "de"} <= {language["code"] for language in client.languages()}
+    finally:
+        logs = docker.run("logs", name)
+        (ARTIFACTS / "switch-container.log").write_text(logs.stdout + logs.stderr)
+        docker.run("rm", "--force", name)
+        docker.run("volume", "rm", *names.values())
 
 
 def gpu_requirements() -> dict[str, str]:

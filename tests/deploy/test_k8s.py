@@ -9,7 +9,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from .conftest import REPO, run_tool
+from .conftest import IMAGE_ARGOS_CACHE, REPO, run_tool
 
 K8S = REPO / "deploy" / "k8s"
 OVERLAYS = sorted(p.name for p in (K8S / "overlays").iterdir() if p.is_dir())
@@ -68,21 +68,21 @@ def test_queue_depth_component_replaces_the_cpu_metric(tmp_path: Path) -> None:
     assert metric["pods"]["metric"]["name"] == adapter["rules"]["custom"][0]["name"]["as"] == "attnserve_queue_depth"
 
 
-def test_argos_packages_component_imports_in_an_init_container(tmp_path: Path) -> None:
+def test_argos_packages_component_imports_in_the_server(tmp_path: Path) -> None:
     overlay, component = (os.path.relpath(p, tmp_path) for p in (K8S / "overlays" / "cpu", ARGOS_PACKAGES))
     (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({"resources": [overlay], "components": [component]}))
     pod = validate(build(tmp_path))["Deployment"]["spec"]["template"]["spec"]
-    (init,) = pod["initContainers"]
+    assert "initContainers" not in pod, "the server imports the packages itself"
     (container,) = pod["containers"]
-    assert init["image"] == "attnserve-import", "the importer's own image, not the overlay's retagged server"
-    args = dict(zip(init["args"][1::2], init["args"][2::2], strict=True))
-    assert init["args"][0] == "import-argos"
-    mounts = {c: {m["mountPath"]: m for m in x["volumeMounts"]} for c, x in (("init", init), ("api", container))}
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
-    assert mounts["init"][args["--cache"]]["name"] == mounts["api"]["/cache"]["name"] == "argos-cache"
-    assert mounts["init"][args["--packages"]]["readOnly"] and mounts["api"]["/packages"]["readOnly"]
-    assert volumes["argos-packages"]["persistentVolumeClaim"]["claimName"] == "argos-packages"
+    assert mounts["/packages"]["readOnly"] and volumes["argos-packages"]["persistentVolumeClaim"]["claimName"] == (
+        "argos-packages"
+    )
+    cache = mounts[IMAGE_ARGOS_CACHE]
+    assert not cache.get("readOnly") and "emptyDir" in volumes[cache["name"]], "the server writes its imports there"
     env = {e["name"]: e["value"] for e in container["env"]}
-    assert (env["ATTNSERVE_ARGOS_PACKAGES"], env["ATTNSERVE_ARGOS_CACHE"]) == ("/packages", args["--cache"])
-    assert env["ATTNSERVE_BUNDLES"] == ""
-    assert init["securityContext"]["readOnlyRootFilesystem"] and "/tmp" in mounts["init"]
+    assert env["ATTNSERVE_ARGOS_PACKAGES"] == "/packages" and env["ATTNSERVE_BUNDLES"] == ""
+    assert "ATTNSERVE_ARGOS_CACHE" not in env, "the image's cache directory, which it creates owned by 10001"
+    probe = container["startupProbe"]
+    assert probe["periodSeconds"] * probe["failureThreshold"] >= 600, "the liveness probe must wait for the imports"

@@ -131,3 +131,34 @@ def test_export_marian_round_trip(work: Path) -> None:
         np.testing.assert_array_equal(a.encoder_attention, b.encoder_attention)
         for x, y in zip(a.hypotheses[0].cross_attention, b.hypotheses[0].cross_attention, strict=True):
             np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize(("penalty", "ngram"), [(1.5, 0), (1.0, 2), (1.3, 3)])
+def test_repetition_penalties_match_transformers(work: Path, penalty: float, ngram: int) -> None:
+    """Greedy decoding with transformers' repetition penalty and n-gram ban gives its tokens."""
+    hf_dir = work / "hf"
+    if not (work / "bundle").exists():
+        random_marian(hf_dir, tiny_spm(work))
+        assert main(["import-marian", str(hf_dir), str(work / "bundle")]) == 0
+    model = MarianMTModel.from_pretrained(hf_dir).eval()
+    tok = MarianTokenizer.from_pretrained(hf_dir)
+    bundle = load_bundle(work / "bundle")
+    requests = [
+        DecodeRequest(
+            src=bundle.tokenizer.encode_source(t), max_length=MAX_NEW,
+            repetition_penalty=penalty, no_repeat_ngram_size=ngram,
+        )
+        for t in TEXTS
+    ]  # fmt: skip
+    runner = Runner(bundle, "cpu")
+    ours = [r.hypotheses[0].tokens for r in decode(runner, requests)]
+    unpenalized = [DecodeRequest(r.src, max_length=MAX_NEW) for r in requests]
+    plain = [r.hypotheses[0].tokens for r in decode(runner, unpenalized)]
+    assert ours != plain, "the penalties should change the random model's outputs"
+    for text, tokens in zip(TEXTS, ours, strict=True):
+        with torch.no_grad():
+            out = model.generate(
+                **tok(text, return_tensors="pt"), num_beams=1, do_sample=False, max_new_tokens=MAX_NEW,
+                repetition_penalty=penalty, no_repeat_ngram_size=ngram,
+            )  # fmt: skip
+        assert tokens == out[0, 1:].tolist()

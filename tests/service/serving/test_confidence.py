@@ -25,6 +25,7 @@ from service.serving.confidence import (
 )
 from service.serving.engine import Engine, Filters, Options
 from service.settings import Settings
+from service.text.repetition import has_loop
 
 TEXTS = ["Open file", "Delete the selected files?", "Could not open %s: permission denied"]
 
@@ -140,10 +141,11 @@ def test_details_carry_confidence_flags_and_the_attention_coverage(calibrated: P
         d = t.details
         assert d is not None and len(d.coverage) == len(d.source_tokens)
         assert d.confidence == pytest.approx(min(1.0, max(0.0, 1 + np.mean(d.token_scores) / 10)), abs=1e-5)
-        assert set(d.flags) <= {"omission", "copy"}
+        assert set(d.flags) <= {"omission", "copy", "repetition"}
+        assert ("repetition" in d.flags) == has_loop(text, t.text)  # the random model says one letter over and over
         # The coverage is /attention's cross-attention (of the masked text, as /translate decodes it): last layer,
         # heads averaged, the most over the steps.
-        (segment,) = engine.attention_now(text, Options(), Filters(kinds=["cross"])).segments
+        (segment,) = engine.attention_now([text], Options(), Filters(kinds=["cross"]))[0].segments
         cross = segment.weights["cross"]
         assert d.coverage == pytest.approx(cross[-1].mean(axis=0).max(axis=0).tolist(), abs=1e-5)
         uncovered = any(c < 0.1 for c, p in zip(d.coverage, d.source_tokens, strict=True) if is_content(p))

@@ -14,6 +14,7 @@ from tests.service.conftest import Server
 from tests.service.pair_bundles import pair_bundle
 
 TEXTS = ["ファイルを開く", "設定", "選択したファイルを削除しますか?\n%s を開けませんでした"]
+PAIR_GLOSSARY = {"ファイル": "Datei"}  # ja-de.tsv: written by the first hop (a word of the unspaced text), kept
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +25,7 @@ def pivot_server(tiny_bundle: Path, tmp_path_factory: pytest.TempPathFactory) ->
     glossaries.mkdir()
     (glossaries / "ja-en.tsv").write_text("設定\tSETTINGSX\n", encoding="utf-8")
     (glossaries / "en-de.tsv").write_text("SETTINGSX\tEinstellungen\n", encoding="utf-8")
-    (glossaries / "ja-de.tsv").write_text("ファイル\tDatei\n", encoding="utf-8")
+    (glossaries / "ja-de.tsv").write_text("".join(f"{k}\t{v}\n" for k, v in PAIR_GLOSSARY.items()), encoding="utf-8")
     bundles = [pair_bundle(tiny_bundle, root, "ja", "en"), pair_bundle(tiny_bundle, root, "en", "de")]
     with Server(Settings(bundles=bundles, glossary_dir=glossaries, max_wait_ms=1)) as s:
         yield s
@@ -37,9 +38,12 @@ def translate(server: Server, **body: Any) -> Any:
 
 
 def by_hand(server: Server, texts: list[str], **options: Any) -> list[str]:
-    """ja→en, then en→de on its texts, as a client would ask them."""
-    english = translate(server, q=texts, source="ja", target="en", **options)["translatedText"]
-    return list(translate(server, q=english, source="en", target="de", **options)["translatedText"])
+    """ja→en with the ja→de glossary, then en→de keeping its terms, on its texts, as a client would ask them."""
+    english = translate(server, q=texts, source="ja", target="en", glossary=PAIR_GLOSSARY, **options)
+    keep = list(PAIR_GLOSSARY.values())
+    return list(
+        translate(server, q=english["translatedText"], source="en", target="de", keep=keep, **options)["translatedText"]
+    )
 
 
 def test_languages_list_the_pivot_pair(pivot_server: Server) -> None:
@@ -74,8 +78,13 @@ def test_the_pairs_glossary_and_the_requests_reach_the_output_unchanged(pivot_se
 
 def test_return_details_name_each_hop_with_its_details(pivot_server: Server) -> None:
     body = translate(pivot_server, q=TEXTS[:2], source="ja", target="de", return_details=True)
-    english = translate(pivot_server, q=TEXTS[:2], source="ja", target="en", return_details=True)
-    german = translate(pivot_server, q=english["translatedText"], source="en", target="de", return_details=True)
+    english = translate(
+        pivot_server, q=TEXTS[:2], source="ja", target="en", glossary=PAIR_GLOSSARY, return_details=True
+    )
+    keep = list(PAIR_GLOSSARY.values())
+    german = translate(
+        pivot_server, q=english["translatedText"], source="en", target="de", keep=keep, return_details=True
+    )
     for i, details in enumerate(body["details"]):
         first, second = details["hops"]
         assert (first["source"], first["target"], second["source"], second["target"]) == ("ja", "en", "en", "de")

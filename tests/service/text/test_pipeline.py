@@ -54,3 +54,10 @@ def test_a_plain_text_is_one_segment_and_long_lines_are_sentences(pipeline: Text
         "Are you sure you want to continue?",
         "Done.",
     ]
+
+
+def test_a_japanese_glossary_term_is_masked_in_unspaced_text(tiny_bundle: Path) -> None:
+    ja = TextPipeline(load_bundle(tiny_bundle).tokenizer, "ja", 40)
+    (segment,) = ja.segmented("設定ファイルを開く", {"設定ファイル": "configuration file"}).segments
+    assert segment.masked is not None
+    assert segment.masked.text.startswith("{0}を") and segment.masked.outputs[0] == "configuration file"

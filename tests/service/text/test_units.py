@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,7 @@ from service.text.lines import layout
 from service.text.placement import Aggregation, piece_positions, positions, restore
 from service.text.sentences import sentences
 from service.text.spans import find_spans, has_spans, mask
+from service.text.words import cuts
 
 
 @pytest.mark.parametrize(
@@ -43,7 +45,7 @@ def test_long_lines_are_cut_into_sentences_that_join_back() -> None:
 SPANS = [
     ("Open %s now", ["%s"]),
     ("%d of %5.2f and %1$s, %(name)s, 100%%", ["%d", "%5.2f", "%1$s", "%(name)s", "100", "%%"]),
-    ("Receives 60% defense, 1.5 or 2,000 (mp3, x86_64, UTF-8)", ["60", "1.5", "2,000", "8"]),
+    ("Receives 60% defense, 1.5 or 2,000 (mp3, x86_64, UTF-8)", ["60", "1.5", "2,000", "mp3", "x86_64", "8"]),
     ("{0} and {name} and {{x}}", ["{0}", "{name}", "{{x}}"]),
     ("Weblate [X7X] marker [X12X]", ["[X7X]", "[X12X]"]),
     ("See https://example.org/a?b=1, or mail me@example.com.", ["https://example.org/a?b=1", "me@example.com"]),
@@ -58,7 +60,7 @@ def test_spans_are_found(text: str, found: list[str]) -> None:
     assert has_spans(text)
 
 
-@pytest.mark.parametrize("text", ["Open the file", "a < b > c", "Use & abuse", "Save as…", "mp3 on x86_64"])
+@pytest.mark.parametrize("text", ["Open the file", "a < b > c", "Use & abuse", "Save as…"])
 def test_plain_text_has_no_span(text: str) -> None:
     assert find_spans(text) == [] and not has_spans(text)
 
@@ -66,6 +68,15 @@ def test_plain_text_has_no_span(text: str) -> None:
 def test_numbers_are_spans_unless_left_to_the_model() -> None:
     assert [s.kind for s in find_spans("50% of 3 files")] == ["number", "number"]
     assert find_spans("50% of 3 files", numbers=False) == [] and not has_spans("50% of files", numbers=False)
+    assert find_spans("mp3 on x86_64", numbers=False) == []
+
+
+def test_digits_inside_words_are_spans() -> None:
+    spans = find_spans("Play mp3 on x86_64 in 3D, v1.2.3, the 2nd and 21st of ３ tries")
+    assert [(s.kind, s.output) for s in spans] == [
+        ("code", "mp3"), ("code", "x86_64"), ("code", "3D"), ("code", "v1.2.3"), ("number", "2"), ("number", "21"),
+        ("number", "３"),
+    ]  # fmt: skip
 
 
 def test_characters_outside_the_vocabulary_are_spans() -> None:
@@ -163,3 +174,19 @@ def test_copied_stand_ins_place_their_spans_and_only_lost_ones_need_attention(ti
     read = Hypothesis(lost.tokens, [], cross_attention=list(cross))
     assert not pipeline.needs_attention(segment, read)
     assert pipeline.restored(segment, src, read) == "now %s open"
+
+
+def test_glossary_terms_in_unspaced_text_match_whole_words() -> None:
+    glossary = {"ファイル": "file", "開": "open", "文件夹": "folder", "开文": "x"}
+    ja = find_spans("Inkscapeのファイルを開く", glossary=glossary, inside=partial(cuts, lang="ja"))
+    assert [(s.start, s.output) for s in ja] == [(9, "file")]  # "開" alone would cut the word "開く"
+    zh = find_spans("打开文件夹失败", glossary=glossary, inside=partial(cuts, lang="zh"))
+    assert [(s.start, s.output) for s in zh] == [(2, "folder")]
+    assert find_spans("the files", glossary={"file": "Datei"}) == []
+    assert [s.output for s in find_spans("file-based", glossary={"file": "Datei"})] == ["Datei"]
+
+
+def test_every_run_of_digits_is_in_a_span() -> None:
+    spans = find_spans("On 2010-07-18 at 12:30, %d24 and ６")
+    assert [s.output for s in spans] == ["2010-07-18", "12:30", "%d", "24", "６"]  # "24": no pattern takes it
+    assert has_spans("%d24")

@@ -3,7 +3,7 @@ import itertools
 import pytest
 
 from service.text import words as module
-from service.text.words import segmenter_name, words
+from service.text.words import cuts, segmenter_name, words
 
 TEXTS = {
     "en": 'Hello, (world)! The C++ "API"... e-mail 3.14  end',
@@ -107,3 +107,9 @@ def test_a_protected_span_without_whitespace_is_one_word(lang: str) -> None:
     text = "Open %s at https://example.com/a, {0} or a@b.co 3.5"
     assert {"%s", "https://example.com/a", "{0}", "a@b.co", "3.5"} <= set(surfaces(text, lang))
     assert "," in surfaces(text, lang)  # the comma after the URL is not part of it
+
+
+def test_cuts_are_the_offsets_inside_words() -> None:
+    assert cuts("Open files", "en") == frozenset({1, 2, 3, 6, 7, 8, 9})
+    text = "設定ファイルを開く"  # 設定 ファイル を 開く
+    assert 2 not in cuts(text, "ja") and 6 not in cuts(text, "ja") and 8 in cuts(text, "ja")

@@ -15,7 +15,6 @@ decoding), so the features are the ones the service computes (service/serving/co
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ from sklearn.preprocessing import StandardScaler
 from tqdm import tqdm
 
 from model.data import read_pairs
+from service.runtime.manifest import MANIFEST, Manifest
 from service.serving.confidence import COPY_THRESHOLD, FEATURES, Calibration, Evidence, features, is_content
 from service.serving.engine import Engine, Options, Translation
 from service.settings import Settings
@@ -144,8 +144,7 @@ def calibrate(
         write: record the result as the manifest's ``calibration``.
     """
     layers = layers or [-1]
-    manifest_path = bundle_dir / "manifest.json"
-    manifest = json.loads(manifest_path.read_text())
+    manifest = Manifest.read(bundle_dir)
     rows = translate_scored(bundle_dir, read_pairs(corpus / "dev.tsv")[:limit], layers)
     tau, j = omission_threshold(rows)
     calibration = fit(rows, layers, tau)
@@ -156,7 +155,7 @@ def calibrate(
         "omission threshold %.3f (Youden's J %.3f on dev), %d curve points", tau, j, len(calibration["curve"]["x"])
     )
     if write:
-        manifest["calibration"] = calibration
-        manifest_path.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
-        log.info("wrote the calibration into %s", manifest_path)
+        manifest.data["calibration"] = calibration
+        manifest.write(bundle_dir)
+        log.info("wrote the calibration into %s", bundle_dir / MANIFEST)
     return calibration

@@ -101,7 +101,9 @@ def export(args: argparse.Namespace) -> Path:
         bundle = export_from_bundle(args.source, args.out_dir, float16=float16, force=args.force)
     else:
         bundle = export_checkpoint(args.source, args.out_dir, force=args.force, float16=bool(float16))
-    have = json.loads((bundle / "manifest.json").read_text())["graphs"]
+    from service.runtime.manifest import Manifest
+
+    have = Manifest.read(bundle).graphs
     for variant in ("int8", "float16"):
         if getattr(args, variant) and variant not in have:
             ADD_VARIANT[variant](bundle)

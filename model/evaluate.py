@@ -24,6 +24,7 @@ from tqdm import tqdm
 from model.data import read_pairs
 from service.decoding import DecodeRequest, decode
 from service.runtime.bundle import load_bundle
+from service.runtime.manifest import MANIFEST, Manifest
 from service.runtime.runner import Runner
 
 log = logging.getLogger(__name__)
@@ -128,15 +129,14 @@ def evaluate(
     }
     print(json.dumps(report, indent=2, ensure_ascii=False))
     if write:
-        manifest_path = bundle_dir / "manifest.json"
-        manifest = json.loads(manifest_path.read_text())
+        manifest = Manifest.read(bundle_dir)
         command = f"attnserve evaluate {bundle_dir} --corpus {corpus}" + (f" --limit {limit}" if limit else "")
-        manifest["scores"] = [
+        manifest.data["scores"] = [
             {"metric": metric, "value": value, "decoding": name, "test_set": report["test_set"], "command": command}
             for name, r in results.items()
             for metric, value in r.items()
             if metric != "seconds"
         ]
-        manifest_path.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
-        log.info("wrote the scores into %s", manifest_path)
+        manifest.write(bundle_dir)
+        log.info("wrote the scores into %s", bundle_dir / MANIFEST)
     return report

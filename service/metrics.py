@@ -156,8 +156,8 @@ class Metrics:
         )
         self.model_info = Gauge(
             p + "model_info",
-            "Loaded bundles (value 1).",
-            ["name", "source_lang", "target_lang", "provider"],
+            "Loaded bundles (value 1), with the graph variant /translate serves.",
+            ["name", "source_lang", "target_lang", "provider", "variant"],
             registry=r,
         )
         self.pairs = Gauge(

@@ -91,11 +91,12 @@ class Settings(BaseSettings):
         "scale little with intra-op threads, so on a few cores several decoding threads of one thread each serve "
         "more texts per second than one decoding thread of several (docs/BENCHMARKS.md).",
     )
-    graph_variant: Literal["float32", "int8", "float16"] = Field(
-        "float32",
-        description="Graphs for /translate, when the bundle has them: int8 (dynamically quantized) is faster on CPU "
-        "at a small accuracy cost (docs/BENCHMARKS.md); float16 is for GPUs (on a CPU it is no faster). /attention "
-        "always uses the exact float32 graphs.",
+    graph_variant: Literal["float32", "int8", "float16"] | None = Field(
+        None,
+        description="Graphs for /translate, for every bundle; unset, each bundle serves its own default (its "
+        "manifest's default_variant: int8 for an Argos package whose weights were int8, else float32). int8 "
+        "(dynamically quantized) is faster on CPU at a small accuracy cost (docs/BENCHMARKS.md); float16 is for GPUs "
+        "(on a CPU it is no faster). /attention always uses the exact float32 graphs.",
     )
     host: str = Field("127.0.0.1", description="Listen address (0.0.0.0 in containers).")
     port: int = Field(8000, ge=1, le=65535)

@@ -9,7 +9,6 @@ from typing import Any
 from service.runtime.bundle import GraphForm
 
 EXACT_ENCODER = GraphForm("encoder", attentions=True)  # EncoderGraph: encoder.onnx and its float16 variant
-FAST_ENCODER = GraphForm("encoder", attentions=False)  # FastEncoderGraph, what encoder.int8.onnx is quantized from
 EXACT_DECODER = GraphForm("decoder", attentions=True, cache="appended")  # decoder.onnx and its float16 variant
 FORCED_DECODER = GraphForm("forced", attentions=True)  # ForcedDecoderGraph: decoder.forced.onnx
 # DeviceDecoderGraph and its selection tail: decoder.device.onnx and the float16 variant's decoder.device.float16.onnx

@@ -8,58 +8,43 @@ import warnings
 from pathlib import Path
 
 import onnx
-import onnxruntime as ort
 
-from model.export.build import export_device_decoder, export_fast_decoder, export_fast_encoder
-from model.export.builder.write import DEVICE_FLOAT16, INT8_HOW, INT8_SOURCES, write_manifest
+from model.export.build import export_device_decoder, export_fast_encoder
+from model.export.builder.write import DEVICE_FLOAT16, write_manifest
 from model.export.check import FLOAT16_TOLERANCE, check_graphs
 from model.export.forms import (
     DEVICE_DECODER,
     EXACT_DECODER,
     EXACT_ENCODER,
-    FAST_ENCODER,
-    fast_decoder_form,
     with_graph_forms,
 )
 from model.export.store import add_weights, store_weights_once, stored_float16
 from model.export.weights import load_model
-from service.runtime.derive import derive_missing
+from service.runtime.derive import FUSED_ENCODER
+from service.runtime.derive import add_int8 as derive_int8
 
 log = logging.getLogger(__name__)
 
 
 def add_int8(bundle_dir: Path) -> None:
-    """Add the ``int8`` variant for /translate: ONNX Runtime dynamic quantization (int8 weights of every MatMul)
-    of the fast encoder and of the fast decoder (fused attention, no attention outputs; the decoder's caches
-    written in place), rebuilt from the bundle's own weights and checked against PyTorch.
+    """Add the ``int8`` variant for /translate: ONNX Runtime dynamic quantization (int8 weights of every MatMul,
+    a scale per output column) of the fast encoder, rebuilt from the bundle's own weights and checked against
+    PyTorch, and of the fast decoder (fused attention, no attention outputs; the decoder's caches written in place).
 
-    The bundle ships the two fast graphs the quantizer reads (INT8_SOURCES: the encoder with attnserve's kernels,
-    the decoder with ONNX Runtime's, which quant_pre_process can load), their weights in the shared weights file,
-    and derives the int8 graphs from them without torch (:mod:`service.runtime.derive`, on first load); the manifest's
-    ``derived`` says how and its sha256 what they must be. The float32 graphs stay: /attention serves exact
-    weights from them, and they carry the weights for ``export-marian``. The sources are stored as the bundle's
-    other weights are (float16 behind casts in a float16-stored bundle, which the derivation folds).
+    The bundle ships the fast encoder (``encoder.fast.onnx``, attnserve's kernels), its weights in the shared
+    weights file, and derives the int8 graphs from it and from the fast decoder without torch
+    (:func:`service.runtime.derive.add_int8`, again on a load that finds them missing); the manifest's ``derived``
+    says how and its sha256 what they must be. The float32 graphs stay: /attention serves exact weights from them,
+    and they carry the weights for ``export-marian``. The source is stored as the bundle's other weights are
+    (float16 behind casts in a float16-stored bundle, which the derivation folds).
     """
     manifest = json.loads((bundle_dir / "manifest.json").read_text())
     model = load_model(bundle_dir)
-    sources = {role: bundle_dir / name for role, name in INT8_SOURCES.items()}
-    log.info("fast encoder matches PyTorch within %.2g", export_fast_encoder(model, sources["encoder"]))
-    worst = export_fast_decoder(model, sources["decoder"], kernels="onnxruntime")  # what the quantizer can load
-    log.info("fast decoder matches PyTorch within %.2g", worst)
+    log.info("fast encoder matches PyTorch within %.2g", export_fast_encoder(model, bundle_dir / FUSED_ENCODER))
     graphs = [name for name in manifest["graphs"].values() if isinstance(name, str)]
     float16 = stored_float16(bundle_dir / manifest["graphs"]["encoder"])
-    store_weights_once(bundle_dir, [*graphs, *INT8_SOURCES.values()], float16=float16)
-    manifest["graphs"]["int8"] = {role: f"{role}.int8.onnx" for role in ("encoder", "decoder")}
-    manifest["derived"] = {
-        **manifest.get("derived", {}),
-        **{
-            f"{role}.int8.onnx": {"from": INT8_SOURCES[role], "by": INT8_HOW[role], "onnxruntime": ort.__version__}
-            for role in INT8_SOURCES
-        },
-    }
-    derive_missing(bundle_dir, manifest, force=True)
-    forms = {"encoder.int8.onnx": FAST_ENCODER, "decoder.int8.onnx": fast_decoder_form(greedy=False)}
-    write_manifest(bundle_dir, with_graph_forms(manifest, forms))
+    store_weights_once(bundle_dir, [*graphs, FUSED_ENCODER], float16=float16)
+    derive_int8(bundle_dir)
 
 
 def add_float16(bundle_dir: Path) -> None:

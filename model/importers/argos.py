@@ -27,6 +27,7 @@ from model.export.builder.write import write_bundle
 from model.importers.ct2_transformer import map_transformer, transformer_config
 from model.importers.ctranslate2 import read_model_bin
 from model.importers.safe_zip import extract
+from service.runtime.manifest import Manifest
 
 log = logging.getLogger(__name__)
 
@@ -240,7 +241,7 @@ def import_argos(package: Path, out_dir: Path, *, name: str | None = None, force
             raise PackageError("the package has no sentencepiece.model")
         config, weights, tokens, affixes, provenance = build_model(folder, meta.target_prefix)
         spm = folder / "sentencepiece.model"
-        return write_bundle(
+        bundle = write_bundle(
             config,
             weights,
             out_dir,
@@ -258,3 +259,8 @@ def import_argos(package: Path, out_dir: Path, *, name: str | None = None, force
             variants=("int8",),
             force=force,
         )
+        if "int8" in provenance["ctranslate2"]["weights"]:  # served in int8, as LibreTranslate serves the package
+            manifest = Manifest.read(bundle)
+            manifest.default_variant = "int8"
+            manifest.write(bundle)
+        return bundle

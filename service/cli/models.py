@@ -1,7 +1,8 @@
 """``attnserve models``: what a server with the current settings would serve: each bundle with its pairs, where it
-came from, its parameters, size on disk, stored precision and graph variants, the Argos packages with their pairs and
-import state, and the pairs served through the pivot language. It reads manifests, ONNX graphs' initializer headers
-and the packages' files (their content keys) only: no session, no weights, no torch, no import."""
+came from, its parameters, size on disk, stored precision, graph variants and the one it serves, the Argos packages
+with their pairs and import state, and the pairs served through the pivot language. It reads manifests, ONNX
+graphs' initializer headers and the packages' files (their content keys) only: no session, no weights, no torch, no
+import."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from service.runtime.manifest import Manifest
 from service.serving import packages
 from service.serving.catalog import Pair, disk_bytes, pairs_of, pivots
 from service.settings import Settings
@@ -32,6 +34,7 @@ class Model:
     disk_bytes: int
     precision: list[str]  # the floating-point types of the float32 graphs' stored weights
     variants: dict[str, str]  # variant -> "shipped", "derived" or "not derived yet"
+    serves: str  # the variant /translate serves: ATTNSERVE_GRAPH_VARIANT, else the bundle's default_variant
 
 
 def add_parser(sub: Any) -> None:
@@ -62,7 +65,7 @@ def main(args: Any, settings: Settings) -> int:
     models = []
     for path in [*settings.served_bundles(), *(Path(p.bundle) for p in found if p.bundle)]:
         try:
-            models.append(describe(path))
+            models.append(describe(path, settings.graph_variant))
         except (OSError, ValueError, KeyError, TypeError) as e:
             print(f"attnserve: {path}: cannot be read as a bundle ({type(e).__name__}: {e})", file=sys.stderr)
             return 2
@@ -89,7 +92,7 @@ def listed_packages(settings: Settings) -> list[PackageRow]:
     taken: set[Pair] = set()
     for path in settings.served_bundles():
         with suppress(OSError, ValueError, KeyError, TypeError):
-            taken.update(pairs_of(json.loads((path / "manifest.json").read_text())))
+            taken.update(pairs_of(Manifest.read(path)))
     rows = []
     for o in packages.sync(directory, settings.argos_cache, importer=None):
         state, bundle, reason = o.state, str(o.bundle) if o.bundle else None, o.reason
@@ -100,30 +103,32 @@ def listed_packages(settings: Settings) -> list[PackageRow]:
     return rows
 
 
-def describe(path: Path) -> Model:
-    """One bundle, from its manifest and its float32 graphs' initializer headers.
+def describe(path: Path, override: str | None = None) -> Model:
+    """One bundle, from its manifest and its float32 graphs' initializer headers; ``override``: the variant that
+    ``ATTNSERVE_GRAPH_VARIANT`` names for every bundle (None: each serves its manifest's ``default_variant``).
 
     Raises:
         OSError, ValueError, KeyError, TypeError: no readable manifest, or one without the fields it needs.
     """
-    manifest = json.loads((path / "manifest.json").read_text())
-    graphs = manifest["graphs"]
+    manifest = Manifest.read(path)
+    graphs = manifest.graphs
     variants = {"float32": "shipped"}
-    derived = manifest.get("derived", {})
+    derived = manifest.derived
     for name, files in graphs.items():
         if isinstance(files, dict):
             variants[name] = variant_state(path, list(files.values()), derived)
-    provenance = manifest.get("provenance", {})
+    provenance = manifest.provenance
     return Model(
         path=str(path),
-        name=str(manifest["name"]),
+        name=manifest.name,
         pairs=pairs_of(manifest),
         origin=origin(provenance),
         provenance=provenance,
-        parameters=parameters(manifest["model"]),
+        parameters=parameters(manifest.model),
         disk_bytes=disk_bytes(path, manifest),
         precision=precision([path / graphs["encoder"], path / graphs["decoder"]]),
         variants=variants,
+        serves=override or manifest.default_variant,
     )
 
 
@@ -173,12 +178,12 @@ def precision(graphs: list[Path]) -> list[str]:
 
 def table(models: list[Model], pivoted: list[tuple[str, str, str]], found: list[PackageRow]) -> str:
     """The plain table: one line a bundle, then the Argos packages, then the pivot pairs."""
-    rows = [("bundle", "pairs", "parameters", "disk", "precision", "variants", "origin")]
+    rows = [("bundle", "pairs", "parameters", "disk", "precision", "variants", "serves", "origin")]
     for m in models:
         variants = ", ".join(v if s == "shipped" else f"{v} ({s})" for v, s in m.variants.items())
         pairs = " ".join(f"{s}→{t}" for s, t in m.pairs)
         size = f"{m.disk_bytes / (1 << 20):.1f} MiB"
-        rows.append((m.name, pairs, f"{m.parameters:,}", size, "/".join(m.precision), variants, m.origin))
+        rows.append((m.name, pairs, f"{m.parameters:,}", size, "/".join(m.precision), variants, m.serves, m.origin))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     lines = ["  ".join([*(c.ljust(w) for c, w in zip(r, widths, strict=False)), r[-1]]).rstrip() for r in rows]
     if found:

@@ -134,7 +134,7 @@ async def load_engine(
         await engine.stop()
         raise
     for e in served:
-        metrics.model_info.labels(bundle.name, *e.pair, e.provider).set(1)
+        metrics.model_info.labels(bundle.name, *e.pair, e.provider, e.variant).set(1)
     if any(e.provider == CUDA for e in served):
         metrics.track_gpu_memory(device_memory)
     return {e.pair: e for e in served}
@@ -144,7 +144,7 @@ async def unload_engine(state: State, engines: Mapping[Pair, Engine]) -> None:
     """Stop a bundle's schedulers (its first engine's, which the others share) and hand the memory they held back
     to the system."""
     for e in engines.values():
-        state.metrics.model_info.remove(e.bundle.name, *e.pair, e.provider)
+        state.metrics.model_info.remove(e.bundle.name, *e.pair, e.provider, e.variant)
     await next(iter(engines.values())).stop()
     del engines
     await asyncio.to_thread(release_memory)

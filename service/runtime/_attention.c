@@ -208,7 +208,14 @@ static void segment_row(void *arg, size_t row) {
 
    W's int8 values use 7 bits (-63..63): x86 CPUs without VNNI multiply uint8 by int8 in pairs summed into 16 bits,
    which saturate past 32,767 (255 * 127 * 2 does; 255 * 63 * 2 does not), and a saturated product would break the
-   bound. */
+   bound.
+
+   On flat logits (a model unsure of the next token) most tokens reach the bar, and rescoring them one row of W at a
+   time would read W once a row. A row whose survivors pass SCREENED (half the vocabulary: about as many dot products
+   either way) rescores nothing in the screen: such rows get their float32 logits for every token afterwards, all of
+   them together a block of W at a time, so W is read once a step (greedy_full). Their argmax is the same: the same
+   dot products, the first of equal logits. */
+#define SCREENED(V) ((V) / 2)
 #define SLACK 1.001
 #define ROUNDING 1e-3 /* added to the bound: far more than float32 rounding moves a logit of tens */
 
@@ -217,7 +224,10 @@ typedef struct {
     const float *h, *W, *bias;
     double c, spread, e_scale, e_l1; /* c, max(bias) - min(bias), e = e_scale + e_l1 |h'|_1 */
     int64_t V, d, pad;
-    int64_t *tokens;
+    int64_t *tokens; /* -1: the row's survivors passed SCREENED (greedy_full's) */
+    int64_t n_full, *full; /* those rows */
+    float *full_best;      /* (chunks, n_full): each chunk's largest logit of each such row */
+    int64_t *full_token;   /* and its token */
 } Greedy;
 
 INLINE vi vimax(vi a, vi b) {
@@ -273,8 +283,17 @@ CLONES static void greedy_row(void *arg, size_t row) {
     for (; i < d; i++) l1 += fabsf(h[i]);
     double e = (g->e_scale + g->e_l1 * l1) * SLACK + ROUNDING, reach = (2 * e + g->spread) / g->c;
     int32_t bar = g->c > 0 && reach < (double)m - INT32_MIN ? (int32_t)((double)m - floor(reach)) : INT32_MIN;
-    /* then the float32 logits of the tokens that reach it. */
+    /* then, unless too many reach it, the float32 logits of the tokens that do. */
     const vi bars = (vi){0} + bar;
+    int64_t reached = 0, limit = SCREENED(V);
+    for (int64_t b = 0; b <= blocks && reached <= limit; b++) {
+        if (b < blocks && !any(tops[b] >= bars)) continue;
+        for (int64_t v = b * BLOCK, end = b < blocks ? v + BLOCK : V; v < end; v++) reached += acc[v] >= bar;
+    }
+    if (reached > limit) {
+        g->tokens[row] = -1;
+        return;
+    }
     int64_t token = -1;
     float best = -INFINITY;
     for (int64_t b = 0; b <= blocks; b++) {
@@ -286,6 +305,31 @@ CLONES static void greedy_row(void *arg, size_t row) {
         }
     }
     g->tokens[row] = token < 0 ? 0 : token;
+}
+
+#define CHUNK 1024 /* tokens a task of greedy_full */
+#define TILE 8     /* rows of W read together: they stay in the L1 cache while every row's h meets them */
+
+/* The rows that the screen gave up on: their float32 logits over one chunk of the vocabulary, W's rows a tile at a
+   time, each row's largest (the first of equal ones) kept for the chunk. */
+CLONES static void greedy_full(void *arg, size_t chunk) {
+    const Greedy *g = arg;
+    const int64_t V = g->V, d = g->d, n = g->n_full, first = (int64_t)chunk * CHUNK;
+    const int64_t last = first + CHUNK < V ? first + CHUNK : V;
+    float *best = g->full_best + (int64_t)chunk * n;
+    int64_t *token = g->full_token + (int64_t)chunk * n;
+    for (int64_t r = 0; r < n; r++) best[r] = -INFINITY, token[r] = -1;
+    for (int64_t v0 = first; v0 < last; v0 += TILE) {
+        int64_t v1 = v0 + TILE < last ? v0 + TILE : last;
+        for (int64_t r = 0; r < n; r++) {
+            const float *h = g->h + g->full[r] * d;
+            for (int64_t v = v0; v < v1; v++) {
+                if (v == g->pad) continue;
+                float z = dot(h, g->W + v * d, d) + (g->bias ? g->bias[v] : 0);
+                if (token[r] < 0 || z > best[r]) token[r] = v, best[r] = z;
+            }
+        }
+    }
 }
 
 #define TRY(expr)                             \
@@ -412,7 +456,34 @@ static OrtStatusPtr greedy_compute(void *kernel, OrtKernelContext *ctx) {
         g.spread = hi >= lo ? (double)hi - lo : 0;
     }
     TRY(output(ctx, 0, acc, 1, &g.tokens));
-    return acc[0] ? ort->KernelContext_ParallelFor(ctx, greedy_row, (size_t)acc[0], 0, &g) : NULL;
+    if (!acc[0]) return NULL;
+    TRY(ort->KernelContext_ParallelFor(ctx, greedy_row, (size_t)acc[0], 0, &g));
+    for (int64_t t = 0; t < acc[0]; t++) g.n_full += g.tokens[t] < 0;
+    if (!g.n_full) return NULL;
+    int64_t chunks = (g.V + CHUNK - 1) / CHUNK;
+    g.full = malloc((size_t)g.n_full * sizeof *g.full);
+    g.full_best = malloc((size_t)(chunks * g.n_full) * sizeof *g.full_best);
+    g.full_token = malloc((size_t)(chunks * g.n_full) * sizeof *g.full_token);
+    OrtStatusPtr status = NULL;
+    if (!g.full || !g.full_best || !g.full_token)
+        status = ort->CreateStatus(ORT_FAIL, "attnserve.GreedyTokens: out of memory");
+    else {
+        for (int64_t t = 0, r = 0; t < acc[0]; t++)
+            if (g.tokens[t] < 0) g.full[r++] = t;
+        status = ort->KernelContext_ParallelFor(ctx, greedy_full, (size_t)chunks, 0, &g);
+    }
+    for (int64_t r = 0; !status && r < g.n_full; r++) { /* the chunks in order: the first of equal logits wins */
+        int64_t token = -1;
+        float best = -INFINITY;
+        for (int64_t c = 0; c < chunks; c++) {
+            int64_t v = g.full_token[c * g.n_full + r];
+            float z = g.full_best[c * g.n_full + r];
+            if (v >= 0 && (token < 0 || z > best)) token = v, best = z;
+        }
+        g.tokens[g.full[r]] = token < 0 ? 0 : token;
+    }
+    free(g.full), free(g.full_best), free(g.full_token);
+    return status;
 }
 
 /* The custom-op definitions: an op's name, types and compute function; every input and output required. */

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Any, Literal
 import sentencepiece as spm
 
 from service.errors import InvalidText
+from service.runtime.manifest import MANIFEST, Manifest, ManifestError, sha256
 
 FORMAT = "attnserve-bundle/4"
 
@@ -184,54 +184,55 @@ def unencodable(text: str, field: str) -> str:
     return f"{field}: the tokenizer cannot read this text; send valid UTF-8 text"
 
 
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 @dataclass(frozen=True)
 class Bundle:
     """A loaded, verified bundle."""
 
     path: Path
-    manifest: dict[str, Any]
+    manifest: Manifest
     spec: ModelSpec
     tokenizer: Tokenizer
     forms: dict[str, GraphForm]  # graph file -> its form (the manifest's graph_forms)
 
     @property
     def name(self) -> str:
-        return str(self.manifest["name"])
+        return self.manifest.name
 
     @property
     def source_lang(self) -> str:
-        return str(self.manifest["source_lang"])
+        return self.manifest.source_lang
 
     @property
     def target_lang(self) -> str:
-        return str(self.manifest["target_lang"])
+        return self.manifest.target_lang
 
     @property
     def targets(self) -> dict[str, list[int]]:
         """Each served target language with the ids that open its sources: the manifest's ``targets`` (a
         multi-target model's ``>>xxx<<`` token), else ``target_lang`` with none."""
-        entries = self.manifest.get("targets")
+        entries = self.manifest.targets
         if not entries:
             return {self.target_lang: []}
         return {str(e["code"]): [int(i) for i in e["prefix"]] for e in entries}
 
     @property
+    def default_variant(self) -> str:
+        """The variant /translate serves unless ``ATTNSERVE_GRAPH_VARIANT`` names one (:class:`Manifest`)."""
+        return self.manifest.default_variant
+
+    def served_variant(self, override: str | None) -> str:
+        """The variant /translate serves: ``override`` (the setting, for every bundle) when given, else its own."""
+        return override or self.default_variant
+
+    @property
     def variants(self) -> list[str]:
         """Graph variants besides float32 (e.g. ``int8``), as the manifest lists them."""
-        return ["float32", *(k for k, v in self.manifest["graphs"].items() if isinstance(v, dict))]
+        return self.manifest.variants
 
     def has_graph(self, role: str, variant: str = "float32") -> bool:
         """Whether a variant has a graph of ``role`` (``forced_decoder``, ``device_decoder``: bundles exported before
         them have none)."""
-        graphs = self.manifest["graphs"]
+        graphs = self.manifest.graphs
         if variant != "float32":
             graphs = graphs.get(variant, {})
         return isinstance(graphs.get(role), str)
@@ -243,7 +244,7 @@ class Bundle:
         Raises:
             BundleError: the bundle has no such variant.
         """
-        graphs = self.manifest["graphs"]
+        graphs = self.manifest.graphs
         if variant == "float32":
             if role not in graphs:
                 raise BundleError(f"{self.path}: no {role} graph (export it again with this version)")
@@ -266,7 +267,7 @@ def bundle_dirs(paths: list[Path]) -> list[Path]:
     its bundles in name order; any other path is kept as it is, for loading to report."""
     found: list[Path] = []
     for path in paths:
-        inner = [] if (path / "manifest.json").exists() or not path.is_dir() else sorted(path.glob("*/manifest.json"))
+        inner = [] if (path / MANIFEST).exists() or not path.is_dir() else sorted(path.glob(f"*/{MANIFEST}"))
         found.extend([m.parent for m in inner] or [path])
     return found
 
@@ -286,20 +287,18 @@ def load_bundle(path: Path, verify: bool = True) -> Bundle:
         BundleError: no manifest, an unknown format, a missing file, a checksum mismatch, or a derived graph that is
             missing from a read-only directory.
     """
-    manifest_path = path / "manifest.json"
-    if not manifest_path.is_file():
-        raise BundleError(f"{path}: no manifest.json — is this a bundle directory? (see `attnserve export`)")
+    manifest_path = path / MANIFEST
     try:
-        manifest = json.loads(manifest_path.read_text())
-    except json.JSONDecodeError as e:
-        raise BundleError(f"{manifest_path}: not valid JSON: {e}") from e
-    if manifest.get("format") != FORMAT:
+        manifest = Manifest.read(path)
+    except ManifestError as e:
+        raise BundleError(str(e)) from e
+    if manifest.format != FORMAT:
         raise BundleError(
-            f"{manifest_path}: format {manifest.get('format')!r}, expected {FORMAT!r} — export it again with this "
+            f"{manifest_path}: format {manifest.format!r}, expected {FORMAT!r} — export it again with this "
             "version (`attnserve export CHECKPOINT DIR --force`, or `attnserve import-marian`)"
         )
-    hashes: dict[str, str] = manifest.get("sha256", {})
-    tok = manifest["tokenizer"]
+    hashes = manifest.sha256
+    tok = manifest.tokenizer
     needed = {tok["source"], tok["target"]}
     forms = graph_forms(manifest_path, manifest)
     needed |= set(forms)
@@ -310,13 +309,18 @@ def load_bundle(path: Path, verify: bool = True) -> Bundle:
         check_file(path, name, hashes if verify else None)
     derive_bundle(path, manifest, derived)
     for name in sorted(derived):
-        check_file(path, name, hashes if verify else None, derived=True)
-    spec = ModelSpec.from_manifest(manifest["model"])
+        check_file(path, name, hashes if verify else None, derived=manifest.derived[name])
+    spec = ModelSpec.from_manifest(manifest.model)
     vocab = json.loads((path / tok["vocab"]).read_text()) if tok.get("vocab") else None
     affixes = source_affixes(manifest_path, tok, spec)
     prefix = target_prefix(manifest_path, tok, spec)
     tokenizer = Tokenizer(path / tok["source"], path / tok["target"], vocab, spec, affixes, prefix)
-    return Bundle(path=path, manifest=manifest, spec=spec, tokenizer=tokenizer, forms=forms)
+    bundle = Bundle(path=path, manifest=manifest, spec=spec, tokenizer=tokenizer, forms=forms)
+    if bundle.default_variant not in bundle.variants:
+        raise BundleError(
+            f"{manifest_path}: default_variant {bundle.default_variant!r}, but the bundle has {bundle.variants}"
+        )
+    return bundle
 
 
 def source_affixes(manifest_path: Path, tok: dict[str, Any], spec: ModelSpec) -> tuple[list[int], list[int]]:
@@ -351,11 +355,11 @@ def target_prefix(manifest_path: Path, tok: dict[str, Any], spec: ModelSpec) -> 
     return tuple(ids)
 
 
-def check_file(path: Path, name: str, hashes: dict[str, str] | None, derived: bool = False) -> None:
+def check_file(path: Path, name: str, hashes: dict[str, str] | None, derived: dict[str, Any] | None = None) -> None:
     """Raise unless the bundle's file ``name`` exists and, with ``hashes``, has the manifest's sha256.
 
     Raises:
-        BundleError: naming the file; for a ``derived`` graph, how to derive it again.
+        BundleError: naming the file; for a derived graph (``derived``: its manifest entry), how to derive it again.
     """
     file = path / name
     if not file.is_file():
@@ -363,13 +367,13 @@ def check_file(path: Path, name: str, hashes: dict[str, str] | None, derived: bo
     if hashes is None:
         return
     if name not in hashes:
-        raise BundleError(f"{path / 'manifest.json'}: no sha256 for {name}")
+        raise BundleError(f"{path / MANIFEST}: no sha256 for {name}")
     if sha256(file) == hashes[name]:
         return
-    if derived:
+    if derived is not None:
         import onnxruntime
 
-        entry = json.loads((path / "manifest.json").read_text())["derived"][name]
+        entry = derived
         raise BundleError(
             f"{file}: sha256 does not match the manifest — a derived graph that differs (damaged, or derived by "
             f"onnxruntime {onnxruntime.__version__}, the manifest's by {entry.get('onnxruntime', 'an unknown one')}): "
@@ -378,7 +382,7 @@ def check_file(path: Path, name: str, hashes: dict[str, str] | None, derived: bo
     raise BundleError(f"{file}: sha256 does not match the manifest — the file is corrupted or replaced")
 
 
-def derived_names(path: Path, manifest: dict[str, Any]) -> set[str]:
+def derived_names(path: Path, manifest: Manifest) -> set[str]:
     """The files of the manifest's ``derived`` (:mod:`service.runtime.derive`).
 
     Raises:
@@ -387,12 +391,12 @@ def derived_names(path: Path, manifest: dict[str, Any]) -> set[str]:
     from service.runtime.derive import DeriveError, derived_entries
 
     try:
-        return set(derived_entries(str(path / "manifest.json"), manifest))
+        return set(derived_entries(str(path / MANIFEST), manifest))
     except DeriveError as e:
         raise BundleError(str(e)) from None
 
 
-def derive_bundle(path: Path, manifest: dict[str, Any], names: set[str]) -> None:
+def derive_bundle(path: Path, manifest: Manifest, names: set[str]) -> None:
     """Derive those of the derived graphs ``names`` that are missing (:func:`service.runtime.derive.derive_missing`).
 
     Raises:
@@ -408,17 +412,17 @@ def derive_bundle(path: Path, manifest: dict[str, Any], names: set[str]) -> None
         raise BundleError(str(e)) from None
 
 
-def graph_forms(manifest_path: Path, manifest: dict[str, Any]) -> dict[str, GraphForm]:
+def graph_forms(manifest_path: Path, manifest: Manifest) -> dict[str, GraphForm]:
     """The manifest's ``graph_forms``: one valid entry for every graph file that ``graphs`` names, of its role.
 
     Raises:
         BundleError: ``graph_forms`` is missing, lacks a graph's entry, or an entry is malformed.
     """
-    graphs = manifest["graphs"]
+    graphs = manifest.graphs
     roles = {file: role for role, file in graphs.items() if isinstance(file, str)}
     for variant in (v for v in graphs.values() if isinstance(v, dict)):
         roles |= {file: role for role, file in variant.items()}
-    entries = manifest.get("graph_forms")
+    entries = manifest.graph_forms
     if not isinstance(entries, dict):
         raise BundleError(f"{manifest_path}: no graph_forms object (export it again with this version)")
     forms: dict[str, GraphForm] = {}

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from service.runtime.kernels import attention_kernels, kernel_session
+from service.runtime.manifest import Manifest
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +52,9 @@ def int8_encoder(source: Path, dest: Path, h: int) -> None:
 
 
 def int8_decoder(source: Path, dest: Path, h: int) -> None:
-    """The int8 decoder: the fast decoder with ONNX Runtime's attention kernels (what ``quant_pre_process`` can
-    load) prepared, quantized as :func:`int8_encoder` does, and switched back to attnserve's kernels."""
+    """The int8 decoder of bundles exported before :func:`int8_per_channel`: the fast decoder with ONNX Runtime's
+    attention kernels (what ``quant_pre_process`` can load) prepared, quantized as :func:`int8_encoder` does, and
+    switched back to attnserve's kernels."""
     from onnxruntime.quantization import QuantType, quant_pre_process, quantize_dynamic
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -62,7 +64,123 @@ def int8_decoder(source: Path, dest: Path, h: int) -> None:
     attention_kernels(dest, h, "attnserve")
 
 
-DERIVE: dict[str, Callable[[Path, Path, int], None]] = {"int8-encoder": int8_encoder, "int8-decoder": int8_decoder}
+# What the int8 step leaves out of a shipped graph: the fast decoder's greedy-token rows (its logits then come for
+# every row) and the exact encoder's attention weights.
+UNUSED_INPUTS = {"logit_rows", "token_rows"}
+UNUSED_OUTPUTS = {"tokens", "encoder_attentions"}
+# The quantizer's integer ops but Attention, which it would take attnserve's attention nodes for (it matches op types
+# in any domain).
+QUANTIZED = ["MatMul", "Gather", "Transpose"]
+
+
+def without(model: Any, inputs: set[str], outputs: set[str]) -> None:
+    """``model`` (an ONNX ModelProto) changed in place: without the graph inputs and outputs named, a ``Gather`` of
+    rows by a dropped input bypassed (its readers read all rows), and without the nodes and initializers that only
+    the dropped outputs needed."""
+    graph = model.graph
+    bypass = {n.output[0]: n.input[0] for n in graph.node if n.op_type == "Gather" and n.input[1] in inputs}
+    for node in graph.node:
+        node.input[:] = [bypass.get(name, name) for name in node.input]
+    for out in graph.output:
+        if out.name in bypass:
+            raise ValueError(f"{out.name}: a graph output is a Gather of rows by {sorted(inputs)}")
+    kept_outputs = [o for o in graph.output if o.name not in outputs]
+    live = {o.name for o in kept_outputs}
+    kept = []
+    for node in reversed(graph.node):  # nodes are in topological order
+        if any(name in live for name in node.output):
+            kept.append(node)
+            live.update(node.input)
+    del graph.node[:], graph.output[:]
+    graph.node.extend(reversed(kept))
+    graph.output.extend(kept_outputs)
+    kept_inputs = [i for i in graph.input if i.name in live and i.name not in inputs]
+    kept_weights = [w for w in graph.initializer if w.name in live]
+    del graph.input[:], graph.initializer[:]
+    graph.input.extend(kept_inputs)
+    graph.initializer.extend(kept_weights)
+
+
+def int8_per_channel(source: Path, dest: Path, h: int) -> None:
+    """int8 graphs from the graphs every float32 bundle ships, with attnserve's kernels throughout (no ONNX Runtime
+    attention op, whose kernels refuse some head sizes): the fast (or exact) encoder without attention weights, the
+    fast decoder with logits for every row and no greedy tokens; optimized offline so that every MatMul's weight is
+    a constant, then int8 weights with a scale per output column (``quantize_dynamic``, QInt8, per channel: a
+    CTranslate2 int8 model's own scales, one per output row, come back from its dequantized weights)."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model = onnx.load(str(inline(source, Path(tmp))))
+        without(model, UNUSED_INPUTS, UNUSED_OUTPUTS)
+        trimmed, prepared = Path(tmp) / "trimmed.onnx", Path(tmp) / "prepared.onnx"
+        onnx.save(model, str(trimmed))
+        kernel_session(trimmed, optimized=prepared)
+        quantize_dynamic(prepared, dest, weight_type=QuantType.QInt8, per_channel=True, op_types_to_quantize=QUANTIZED)
+    attention_kernels(dest, h, "attnserve")
+
+
+DERIVE: dict[str, Callable[[Path, Path, int], None]] = {
+    "int8-encoder": int8_encoder,
+    "int8-decoder": int8_decoder,
+    "int8-per-channel": int8_per_channel,
+}
+INT8_FILES = {"encoder": "encoder.int8.onnx", "decoder": "decoder.int8.onnx"}
+FUSED_ENCODER = "encoder.fast.onnx"  # the fused encoder an exporter may ship for the int8 step (no attention output)
+
+
+def int8_variant(bundle_dir: Path, manifest: Manifest) -> tuple[dict[str, str], dict[str, Any], dict[str, Any]]:
+    """How a float32 bundle gets its int8 graphs, from the graphs it ships: the fast encoder where it has one,
+    else the exact encoder; the fast decoder. Returns ``graphs["int8"]``, the ``derived`` entries and the int8
+    graphs' ``graph_forms`` entries.
+
+    Raises:
+        DeriveError: the bundle has no fast decoder, or no form for it.
+    """
+    import onnxruntime
+
+    files = {p.name for p in bundle_dir.iterdir() if p.is_file()}
+    graphs = manifest.graphs
+    fast = graphs.get("fast_decoder")
+    forms = manifest.graph_forms if isinstance(manifest.graph_forms, dict) else {}
+    if not isinstance(fast, str) or fast not in files or not isinstance(forms.get(fast), dict):
+        raise DeriveError(
+            f"{bundle_dir}: no fast decoder to quantize (graphs.fast_decoder) — export the bundle again with this "
+            "version (`attnserve export BUNDLE OUT --int8`)"
+        )
+    sources = {"encoder": FUSED_ENCODER if FUSED_ENCODER in files else str(graphs["encoder"]), "decoder": fast}
+    derived = {
+        INT8_FILES[role]: {"from": source, "by": "int8-per-channel", "onnxruntime": onnxruntime.__version__}
+        for role, source in sources.items()
+    }
+    encoder_form = {"role": "encoder", "attentions": False}
+    decoder_form = {**forms[fast], "greedy_tokens": False}
+    return dict(INT8_FILES), derived, {INT8_FILES["encoder"]: encoder_form, INT8_FILES["decoder"]: decoder_form}
+
+
+def add_int8(bundle_dir: Path) -> list[Path]:
+    """Give a float32 bundle its int8 variant (:func:`int8_variant`): the graphs derived now and the manifest
+    rewritten with them (their sha256 included). A bundle that has the variant is left as it is.
+
+    Returns:
+        The files derived (none when the bundle had the variant).
+
+    Raises:
+        DeriveError: the bundle cannot have the variant (why, in one line), or its directory is read-only.
+        ManifestError: no readable manifest.
+    """
+    manifest = Manifest.read(bundle_dir)
+    if "int8" in manifest.variants:
+        return []
+    if not os.access(bundle_dir, os.W_OK):
+        raise DeriveError(f"{bundle_dir}: read-only — add the int8 graphs where it is writable")
+    variant, derived, forms = int8_variant(bundle_dir, manifest)
+    manifest.graphs["int8"] = variant
+    manifest.data["derived"] = {**manifest.derived, **derived}
+    manifest.data["graph_forms"] = {**manifest.graph_forms, **forms}
+    written = derive_missing(bundle_dir, manifest, force=True)
+    manifest.write_with_checksums(bundle_dir)
+    return written
 
 
 class Theirs(logging.Filter):
@@ -106,13 +224,13 @@ def quiet_quantizer() -> Iterator[None]:
         root.removeFilter(theirs)
 
 
-def derived_entries(where: str, manifest: dict[str, Any]) -> dict[str, tuple[str, str]]:
+def derived_entries(where: str, manifest: Manifest) -> dict[str, tuple[str, str]]:
     """The manifest's ``derived`` object as derived file -> (source file, how).
 
     Raises:
         DeriveError: the entry is malformed or names an unknown way.
     """
-    entries = manifest.get("derived", {})
+    entries = manifest.derived
     if not isinstance(entries, dict):
         raise DeriveError(f"{where}: derived: expected an object")
     out = {}
@@ -126,7 +244,7 @@ def derived_entries(where: str, manifest: dict[str, Any]) -> dict[str, tuple[str
     return out
 
 
-def derive_missing(bundle_dir: Path, manifest: dict[str, Any], force: bool = False) -> list[Path]:
+def derive_missing(bundle_dir: Path, manifest: Manifest, force: bool = False) -> list[Path]:
     """Derive every file of the manifest's ``derived`` that is missing (or every one, with ``force``) into
     ``bundle_dir``, each written to a temporary file and renamed, so that a reader never sees half a graph.
 
@@ -154,7 +272,7 @@ def derive_missing(bundle_dir: Path, manifest: dict[str, Any], force: bool = Fal
         try:
             try:
                 with quiet_quantizer():
-                    DERIVE[how](bundle_dir / source, Path(tmp_name), int(manifest["model"]["h"]))
+                    DERIVE[how](bundle_dir / source, Path(tmp_name), int(manifest.model["h"]))
             except Exception as e:  # ONNX Runtime's and onnx's errors have no common base: one line, naming the file
                 raise DeriveError(f"{dest}: cannot be derived from {source} ({type(e).__name__}: {e})") from e
             os.chmod(tmp_name, 0o644)  # readable as the shipped files are (mkstemp's are the owner's only)

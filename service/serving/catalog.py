@@ -3,11 +3,11 @@ through a pivot language, and what a bundle weighs on disk. Nothing here loads a
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from service.runtime.manifest import Manifest
 
 Pair = tuple[str, str]  # (source language, target language)
 
@@ -17,14 +17,14 @@ def pair_label(pair: Pair) -> str:
     return f"{pair[0]}-{pair[1]}"
 
 
-def pairs_of(manifest: Mapping[str, Any]) -> list[Pair]:
+def pairs_of(manifest: Manifest) -> list[Pair]:
     """The language pairs one bundle serves: its ``source_lang`` into each of its targets (the manifest's
     ``targets``, a multi-target model's; else ``target_lang``), as service.runtime.bundle's ``Bundle.targets`` reads
     them. The registry (service/serving/pairs.py) keys by pair with a bundle behind each."""
-    source, entries = str(manifest["source_lang"]), manifest.get("targets")
-    if not entries:
-        return [(source, str(manifest["target_lang"]))]
-    return [(source, str(e["code"])) for e in entries]
+    source = manifest.source_lang
+    if not manifest.targets:
+        return [(source, manifest.target_lang)]
+    return [(source, str(e["code"])) for e in manifest.targets]
 
 
 @dataclass(frozen=True)
@@ -56,13 +56,13 @@ def pivots(direct: Iterable[Pair], via: str) -> list[Pivot]:
     return [Pivot(x, via, y) for x in into for y in out_of if x != y and (x, y) not in served]
 
 
-def bundle_files(path: Path, manifest: Mapping[str, Any]) -> list[Path]:
+def bundle_files(path: Path, manifest: Manifest) -> list[Path]:
     """The bundle's files that exist: every file with a checksum, and the derived graphs already written."""
-    names = set(manifest.get("sha256", {})) | set(manifest.get("derived", {}))
+    names = set(manifest.sha256) | set(manifest.derived)
     return [path / n for n in sorted(names) if (path / n).is_file()]
 
 
-def disk_bytes(path: Path, manifest: Mapping[str, Any]) -> int:
+def disk_bytes(path: Path, manifest: Manifest) -> int:
     """The size on disk of :func:`bundle_files` (the manifest not counted)."""
     return sum(f.stat().st_size for f in bundle_files(path, manifest))
 
@@ -72,7 +72,7 @@ def bundle_for(paths: Sequence[Path], source: str | None = None, target: str | N
     path: loading it then says what is wrong. For the commands that run one engine in-process."""
     for path in paths:
         try:
-            served = pairs_of(json.loads((path / "manifest.json").read_text()))
+            served = pairs_of(Manifest.read(path))
         except (OSError, ValueError, KeyError, TypeError):
             continue
         if any(source in (None, s) and target in (None, t) for s, t in served):

@@ -75,8 +75,8 @@ class ServingRunner(StepRunner, Protocol):
 @dataclass(frozen=True)
 class Runners:
     """A bundle's runners: ``exact``, the float32 graphs with attention outputs (/attention), and ``fast``, the
-    graphs of the settings' ``graph_variant`` that /translate uses (``exact`` itself where no other is faster);
-    ``forced``, the exact runner where the bundle has a forced decoder."""
+    graphs of the variant /translate serves (:meth:`~service.runtime.bundle.Bundle.served_variant`; ``exact`` itself
+    where no other is faster); ``forced``, the exact runner where the bundle has a forced decoder."""
 
     exact: ServingRunner
     fast: ServingRunner
@@ -91,9 +91,9 @@ class Runners:
         encoder; for int8 its quantized graphs, for float16 its exact graphs.
 
         Raises:
-            BundleError: the bundle has no graphs of ``settings.graph_variant``.
+            BundleError: the bundle has no graphs of the variant it serves.
         """
-        provider, threads, variant = settings.provider, settings.threads, settings.graph_variant
+        provider, threads, variant = settings.provider, settings.threads, bundle.served_variant(settings.graph_variant)
         limit = settings.gpu_mem_limit_mb
         exact = Runner(bundle, provider, threads, gpu_mem_limit_mb=limit)
         forced = exact if exact.has_forced else None
@@ -171,7 +171,7 @@ class Engine:
         self._on_input: Callable[[int], object] = _ignore
         self._on_cache: Callable[[int, int], object] = _ignore
         self._on_spans: Callable[[list[str]], object] = _ignore_paths
-        calibration = bundle.manifest.get("calibration")  # absent: no confidence, default flag thresholds
+        calibration = bundle.manifest.calibration  # absent: no confidence, default flag thresholds
         self.calibration = Calibration.from_manifest(calibration, bundle.spec.n_decoder_layers, bundle.name)
         spec = bundle.spec  # the target vocabulary as a constrained re-decode reads it (service/decoding/constraint.py)
         self.spelling = Spelling(self.tokenizer.pieces(list(range(spec.vocab_size))), spec.eos_id)
@@ -214,7 +214,7 @@ class Engine:
         """The bundle at ``path`` with its real runners, translating into ``target`` (default its first).
 
         Raises:
-            BundleError: the bundle is missing, corrupted or lacks the settings' graph variant.
+            BundleError: the bundle is missing, corrupted or lacks the graph variant it serves.
             UnknownPair: the bundle has no such target.
         """
         bundle = load_bundle(path)
@@ -234,6 +234,11 @@ class Engine:
     def provider(self) -> str:
         """The execution provider the exact graphs run on."""
         return self.runners.exact.provider
+
+    @property
+    def variant(self) -> str:
+        """The graph variant /translate serves (the setting, else the bundle's default)."""
+        return self.bundle.served_variant(self.settings.graph_variant)
 
     async def start(
         self,

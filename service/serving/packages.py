@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from service.runtime.manifest import is_bundle
+
 log = logging.getLogger(__name__)
 
 KEY_CHARS = 16  # of the sha256's hex digits in a cache entry's name
@@ -175,7 +177,7 @@ def bring_in(package: Package, cache: Path, importer: Importer | None) -> Outcom
     """One package's bundle: the cache's, or imported into it (written beside, then renamed: readers and other
     importers never see half a bundle)."""
     pair, bundle = (package.source, package.target), cache / package.entry
-    if (bundle / "manifest.json").is_file():
+    if is_bundle(bundle):
         return Outcome(package.folder, "cached", pair, bundle)
     refused = failure_file(cache, package)
     if importer is None:
@@ -187,14 +189,14 @@ def bring_in(package: Package, cache: Path, importer: Importer | None) -> Outcom
     shutil.rmtree(partial, ignore_errors=True)
     try:
         importer(package.folder, partial, package.name)
-        if bundle.exists() and not (bundle / "manifest.json").is_file():  # an unfinished copy's remains
+        if bundle.exists() and not is_bundle(bundle):  # an unfinished copy's remains
             shutil.rmtree(bundle)
         os.replace(partial, bundle)
     except ImportRefused as e:
         refused.write_text(f"{e}\n")
         return Outcome(package.folder, "refused", pair, reason=str(e))
     except OSError:  # another importer renamed its copy first
-        if not (bundle / "manifest.json").is_file():
+        if not is_bundle(bundle):
             raise
     finally:
         shutil.rmtree(partial, ignore_errors=True)

@@ -193,7 +193,7 @@ def check_bundle(path: Path, settings: Settings) -> Bundle:
         bundle = load_bundle(path)
         consistent(bundle)
         for role in ("encoder", "decoder"):
-            bundle.graph(role, settings.graph_variant)
+            bundle.graph(role, bundle.served_variant(settings.graph_variant))
     except BundleError as e:
         raise StartupError(f"{e}") from None
     except (KeyError, TypeError, ValueError, AttributeError) as e:  # a manifest without a field it needs

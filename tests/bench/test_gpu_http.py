@@ -9,7 +9,7 @@ from service.metrics import Metrics
 
 def test_the_gpu_memory_gauge_and_the_provider_are_read_from_metrics() -> None:
     metrics = Metrics()
-    metrics.model_info.labels("en-ja", "en", "ja", "CUDAExecutionProvider").set(1)
+    metrics.model_info.labels("en-ja", "en", "ja", "CUDAExecutionProvider", "float32").set(1)
     assert gpu_http.read_metrics(metrics.render().decode()) == {
         "gpu_memory_bytes": None,  # no bundle on CUDA has asked for it
         "provider": ["CUDAExecutionProvider"],

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from service.runtime.bundle import ModelSpec
+from service.runtime.manifest import Manifest
 from service.runtime.runner import StepOutput
 from service.runtime.tensors import Cache
 from service.serving.engine import Engine, Runners
@@ -61,9 +62,12 @@ class Bundle:
     name: str = "mangler"
     source_lang: str = "en"
     target_lang: str = "ja"
-    manifest: dict[str, Any] = field(default_factory=lambda: {"source_lang": "en", "target_lang": "ja"})
+    manifest: Manifest = field(default_factory=lambda: Manifest({"source_lang": "en", "target_lang": "ja"}))
     path: Path = Path("mangler")  # no files: nothing on disk to count
     targets: dict[str, list[int]] = field(default_factory=lambda: {"ja": []})
+
+    def served_variant(self, override: str | None) -> str:
+        return override or self.manifest.default_variant
 
 
 class Mangler(FakeRunner):

@@ -67,7 +67,8 @@ def test_every_metric_is_nonzero_after_traffic(make_server: ServerFactory) -> No
     with server.client() as c:
         info = [ln for ln in c.get("/metrics").text.splitlines() if ln.startswith("attnserve_model_info")]
     assert info == [
-        'attnserve_model_info{name="tiny-en-ja",provider="CPUExecutionProvider",source_lang="en",target_lang="ja"} 1.0'
+        'attnserve_model_info{name="tiny-en-ja",provider="CPUExecutionProvider",source_lang="en",target_lang="ja",'
+        'variant="float32"} 1.0'
     ]
 
 

@@ -24,13 +24,12 @@ from model.export.forms import (
     DEVICE_DECODER,
     EXACT_DECODER,
     EXACT_ENCODER,
-    FAST_ENCODER,
     FORCED_DECODER,
     fast_decoder_form,
 )
 from model.export.store import WEIGHTS, store_tensors
 from service.runtime.bundle import FORMAT, GraphForm, sha256
-from service.runtime.derive import derive_missing
+from service.runtime.derive import FUSED_ENCODER, add_int8
 from service.runtime.kernels import switch_kernels
 
 log = logging.getLogger(__name__)
@@ -40,8 +39,6 @@ Build = Callable[[TransformerConfig, Weights], onnx.ModelProto]
 FORCED = "decoder.forced.onnx"
 DEVICE = "decoder.device.onnx"
 DEVICE_FLOAT16 = "decoder.device.float16.onnx"  # the float16 variant's device decoder
-INT8_SOURCES = {"encoder": "encoder.fast.onnx", "decoder": "decoder.fast.logits.onnx"}  # shipped; int8 derived
-INT8_HOW = {"encoder": "int8-encoder", "decoder": "int8-decoder"}  # service.runtime.derive.DERIVE
 
 
 def logits_decoder(c: TransformerConfig, w: Weights) -> onnx.ModelProto:
@@ -75,13 +72,12 @@ SERVED: dict[str, tuple[str, GraphForm, Build]] = {
     FORCED: ("forced_decoder", FORCED_DECODER, forced_decoder),
     DEVICE: ("device_decoder", DEVICE_DECODER, device_decoder),
 }
-INT8: dict[str, Build] = {INT8_SOURCES["encoder"]: fast_encoder, INT8_SOURCES["decoder"]: logits_decoder}
+INT8: dict[str, Build] = {FUSED_ENCODER: fast_encoder}  # the int8 encoder's source; the int8 graphs are derived
 FLOAT16: dict[str, tuple[str, GraphForm, Build]] = {
     "encoder.float16.onnx": ("encoder", EXACT_ENCODER, float16_of(encoder)),
     "decoder.float16.onnx": ("decoder", EXACT_DECODER, float16_of(decoder)),
     DEVICE_FLOAT16: ("device_decoder", DEVICE_DECODER, lambda c, w: device_decoder(c, w, float16=True)),
 }
-INT8_FORMS = {"encoder.int8.onnx": FAST_ENCODER, "decoder.int8.onnx": fast_decoder_form(greedy=False)}
 
 
 def build_graphs(c: TransformerConfig, weights: Weights, out_dir: Path, builds: dict[str, Build],
@@ -177,8 +173,6 @@ def write_bundle(
         forms = {file: form for file, (_, form, _) in SERVED.items()}
         if "int8" in variants:
             builds.update(INT8)
-            graphs["int8"] = {role: f"{role}.int8.onnx" for role in INT8_SOURCES}
-            forms.update(INT8_FORMS)
         if "float16" in variants:
             builds.update({file: build for file, (_, _, build) in FLOAT16.items()})
             graphs["float16"] = {role: file for file, (role, _, _) in FLOAT16.items()}
@@ -203,15 +197,9 @@ def write_bundle(
             "scores": scores or [],
             "provenance": {"exported": _dt.date.today().isoformat(), **(provenance or {})},
         }
-        if "int8" in variants:
-            import onnxruntime as ort
-
-            manifest["derived"] = {
-                f"{role}.int8.onnx": {"from": source, "by": INT8_HOW[role], "onnxruntime": ort.__version__}
-                for role, source in INT8_SOURCES.items()
-            }
-            derive_missing(tmp, manifest, force=True)
         write_manifest(tmp, manifest)
+        if "int8" in variants:
+            add_int8(tmp)  # derived from the fast graphs, the manifest written again with them
         if check is not None:
             check(tmp)
         if out_dir.exists():

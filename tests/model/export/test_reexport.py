@@ -25,7 +25,7 @@ from tests.bundles import SENTENCES
 from tests.conftest import FIXTURES, TINY_INT8
 
 SHIPPED = ["encoder.onnx", "decoder.onnx", "decoder.fast.onnx", "decoder.forced.onnx", "decoder.device.onnx",
-           "encoder.fast.onnx", "decoder.fast.logits.onnx"]  # fmt: skip
+           "encoder.fast.onnx"]  # fmt: skip
 INT8 = ["encoder.int8.onnx", "decoder.int8.onnx"]
 CALIBRATION = {
     "features": list(FEATURES),

@@ -16,7 +16,7 @@ from model.export.store import INLINE_BELOW, WEIGHTS, add_weights, store_weights
 from service.runtime.bundle import BundleError, load_bundle
 from tests.bundles import tiny_model
 
-GRAPHS = ["encoder.onnx", "decoder.onnx", "decoder.fast.onnx", "encoder.fast.onnx", "decoder.fast.logits.onnx"]
+GRAPHS = ["encoder.onnx", "decoder.onnx", "decoder.fast.onnx", "encoder.fast.onnx"]
 
 
 @pytest.fixture(scope="module")

@@ -125,12 +125,19 @@ def write_package(folder: Path, ct2_dir: Path, spm: Path, meta: dict[str, Any], 
 
 
 def onmt_package(
-    work: Path, spm: Path, quantization: str | None, config: dict[str, Any], seed: int = 0, target_prefix: str = ""
+    work: Path,
+    spm: Path,
+    quantization: str | None,
+    config: dict[str, Any],
+    seed: int = 0,
+    target_prefix: str = "",
+    d: int = 32,
 ) -> Path:
-    """An OpenNMT-py package, converted by CTranslate2 (``quantization`` None keeps float32); a ``target_prefix``
-    is a token of its own at the vocabulary's end and metadata.json's ``target_prefix``."""
+    """An OpenNMT-py package of width ``d`` (4 heads), converted by CTranslate2 (``quantization`` None keeps
+    float32); a ``target_prefix`` is a token of its own at the vocabulary's end and metadata.json's
+    ``target_prefix``."""
     extra = (target_prefix,) if target_prefix else ()
-    ckpt = onmt_checkpoint(work / "model.pt", onmt_vocab(spm, extra), seed)
+    ckpt = onmt_checkpoint(work / "model.pt", onmt_vocab(spm, extra), seed, d=d, d_ff=2 * d)
     ctranslate2.converters.OpenNMTPyConverter(str(ckpt), unsafe_deserialization=True).convert(
         str(work / "ct2"), quantization=quantization, force=True
     )

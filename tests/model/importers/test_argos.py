@@ -14,6 +14,9 @@ from service.cli.main import main
 from service.decoding import DecodeRequest, decode
 from service.runtime.bundle import Bundle, load_bundle
 from service.runtime.runner import Runner
+from service.serving.engine import Engine
+from service.serving.translation import Options
+from service.settings import Settings
 from tests.bundles import tiny_spm
 from tests.model.importers.argos_packages import (
     marian_package,
@@ -81,6 +84,7 @@ def test_opennmt_py_package_matches_ctranslate2(
     assert manifest["model"]["normalize_before"] and manifest["model"]["position_table"] == "weights"
     assert (quantization or "float32") in manifest["provenance"]["ctranslate2"]["weights"]
     assert "int8" in manifest["graphs"]  # derived from the float32 weights on first load
+    assert manifest.get("default_variant", "float32") == ("int8" if quantization == "int8" else "float32")
     bos = [2] if config.get("add_source_bos") else []  # <s> and </s> in OpenNMT-py's vocabulary
     eos = [3] if config.get("add_source_eos") else []
     assert (manifest["tokenizer"]["source_prefix"], manifest["tokenizer"]["source_suffix"]) == (bos, eos)
@@ -106,3 +110,39 @@ def test_a_target_prefix_is_forced_and_left_out_as_argos_translate_does(tmp_path
     manifest = json.loads((tmp_path / "bundle" / "manifest.json").read_text())
     assert manifest["tokenizer"]["target_prefix"] == [read_vocabulary(package / "model").index("__ja__")]
     assert_parity(package, tmp_path / "bundle", runners=(False, True))
+
+
+def test_a_head_size_that_is_no_multiple_of_8_imports_and_matches_ctranslate2(tmp_path: Path, spm: Path) -> None:
+    """d 48, 4 heads: heads of 12, which ONNX Runtime's GroupQueryAttention refuses; the bundle's graphs, its int8
+    ones included, use attnserve's kernels, which take any head size."""
+    package = onmt_package(tmp_path, spm, "int8", {}, d=48)
+    assert main(["import-argos", str(package), str(tmp_path / "bundle")]) == 0
+    bundle = load_bundle(tmp_path / "bundle")
+    assert (bundle.spec.d_model, bundle.spec.h) == (48, 4)
+    assert_parity(package, tmp_path / "bundle", runners=(False, True))
+    assert all(
+        len(t) > 0 for t in ours(bundle, texts(8, package / "sentencepiece.model", MAX_PIECES), 4, variant="int8")
+    )
+
+
+def test_an_int8_package_is_served_in_int8_unless_the_setting_says_otherwise(
+    tmp_path: Path, spm: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its bundle records int8 as its default variant: with no setting /translate decodes on the int8 graphs, with
+    ``ATTNSERVE_GRAPH_VARIANT=float32`` on the float32 ones (CTranslate2's float32 tokens)."""
+    package = onmt_package(tmp_path, spm, "int8", {})
+    assert main(["import-argos", str(package), str(tmp_path / "bundle")]) == 0
+    bundle = load_bundle(tmp_path / "bundle")
+    batch = [t for t in texts(60, package / "sentencepiece.model", MAX_PIECES) if not set(t) & set("{}%")]  # no spans
+    options = Options(max_length=MAX_LENGTH, length_penalty=LENGTH_PENALTY)
+    tok = bundle.tokenizer
+    for setting, variant in ((None, "int8"), ("float32", "float32")):
+        if setting:
+            monkeypatch.setenv("ATTNSERVE_GRAPH_VARIANT", setting)
+        engine = Engine.load(bundle.path, Settings(bundles=[bundle.path], _env_file=None))
+        assert engine.variant == variant
+        got = [t.text for t in engine.translate_now(batch, options)]
+        pieces = ours(bundle, batch, 1, variant=variant, fast=variant == "float32")
+        assert got == [tok.target.decode_pieces(p) for p in pieces]
+    assert ours(bundle, batch, 1, fast=True) == reference(package, batch, 1, MAX_LENGTH, LENGTH_PENALTY)
+    assert ours(bundle, batch, 1, variant="int8") != ours(bundle, batch, 1, fast=True)  # the int8 graphs served

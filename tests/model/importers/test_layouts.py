@@ -89,10 +89,10 @@ def test_manifest(name: str, imported: dict[str, tuple[Path, Path]]) -> None:
     spec = bundle.spec
     assert (spec.eos_id, spec.unk_id, spec.pad_id) == (vocab["</s>"], vocab["<unk>"], vocab["<pad>"])
     assert spec.decoder_start_id == vocab["<pad>"]
-    codes = bundle.manifest["model_languages"]
+    codes = bundle.manifest.data["model_languages"]
     assert codes == {"source": (layout.codes or ("en", "fr"))[0], "target": (layout.codes or ("en", "fr"))[1]}
     if layout.target_tokens:
-        entries = bundle.manifest["targets"]
+        entries = bundle.manifest.targets
         assert [e["model_code"] for e in entries] == ["spa", "por", "zho_Hant"]  # --targets left out >>ita<<
         assert [bundle.targets[t] for t in targets] == [[vocab[f">>{e['model_code']}<<"]] for e in entries]
     graph = onnx.load(str(bundle_dir / "decoder.onnx"), load_external_data=False).graph

@@ -88,3 +88,18 @@ def test_origin_names_the_importer_and_its_source() -> None:
     argos = {"imported_from": "translate-en_de-1_0.argosmodel", "ctranslate2": {"spec": "TransformerSpec"}}
     assert origin(argos) == "imported from translate-en_de-1_0.argosmodel (Argos package, CTranslate2 TransformerSpec)"
     assert origin({}) == "unknown (no provenance in the manifest)"
+
+
+def test_each_bundle_shows_the_variant_it_serves(
+    bundles: list[Path], capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its manifest's default (float32 where none is recorded), or ``ATTNSERVE_GRAPH_VARIANT`` for every bundle."""
+    manifest = json.loads((bundles[2] / "manifest.json").read_text())
+    (bundles[2] / "manifest.json").write_text(json.dumps(manifest | {"default_variant": "int8"}))
+    assert main(run(bundles, "--json")) == 0
+    assert [b["serves"] for b in json.loads(capsys.readouterr().out)["bundles"]] == ["float32", "float32", "int8"]
+    assert main(run(bundles)) == 0
+    assert capsys.readouterr().out.splitlines()[0].split()[5:7] == ["variants", "serves"]
+    monkeypatch.setenv("ATTNSERVE_GRAPH_VARIANT", "float32")
+    assert main(run(bundles, "--json")) == 0
+    assert {b["serves"] for b in json.loads(capsys.readouterr().out)["bundles"]} == {"float32"}

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import gc
-import json
 from pathlib import Path
 
 from service.runtime.bundle import sha256
+from service.runtime.manifest import Manifest
 from service.serving.budget import MiB
 from service.serving.catalog import disk_bytes
 from service.settings import Settings
@@ -33,10 +33,10 @@ def metric(text: str, name: str) -> float:
 def padded(bundle: Path, size: int) -> Path:
     """``bundle`` with a checksummed file that brings its files to ``size`` bytes on disk: its footprint under
     models_memory_mb, whatever the tiny bundle's own size."""
-    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest = Manifest.read(bundle)
     (bundle / "padding.bin").write_bytes(bytes(size - disk_bytes(bundle, manifest)))
-    manifest["sha256"]["padding.bin"] = sha256(bundle / "padding.bin")
-    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    manifest.sha256["padding.bin"] = sha256(bundle / "padding.bin")
+    manifest.write(bundle)
     return bundle
 
 

@@ -13,9 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from service.cli.main import main
 from service.decoding import DecodeRequest, decode
 from service.runtime.bundle import BundleError, load_bundle, sha256
 from service.runtime.derive import DeriveError, derive_missing, derived_entries
+from service.runtime.manifest import Manifest
 from service.runtime.runner import Runner
 from tests.service.process import REPO
 
@@ -31,14 +33,14 @@ def underived(tiny_int8_bundle: Path, tmp_path: Path) -> Path:
     return bundle
 
 
-def manifest_of(bundle: Path) -> dict:
-    return json.loads((bundle / "manifest.json").read_text())
+def manifest_of(bundle: Path) -> Manifest:
+    return Manifest.read(bundle)
 
 
 def test_loading_derives_the_missing_graphs_as_the_exporter_wrote_them(underived: Path) -> None:
     bundle = load_bundle(underived)
     for name in INT8:
-        assert sha256(underived / name) == bundle.manifest["sha256"][name]
+        assert sha256(underived / name) == bundle.manifest.sha256[name]
     assert bundle.graph("encoder", "int8").name == "encoder.int8.onnx"
 
 
@@ -113,10 +115,10 @@ def test_a_source_that_cannot_be_derived_is_one_error_naming_the_file(underived:
 )
 def test_a_malformed_derived_entry_is_refused(entry: object, underived: Path) -> None:
     manifest = manifest_of(underived)
-    manifest["derived"]["encoder.int8.onnx"] = entry
+    manifest.derived["encoder.int8.onnx"] = entry
     with pytest.raises(DeriveError, match=r"derived\['encoder\.int8\.onnx'\]: expected"):
         derived_entries("manifest.json", manifest)
-    (underived / "manifest.json").write_text(json.dumps(manifest))
+    (underived / "manifest.json").write_text(json.dumps(manifest.data))
     with pytest.raises(BundleError, match=r"derived\['encoder\.int8\.onnx'\]"):
         load_bundle(underived)
 
@@ -125,10 +127,55 @@ def test_attnserve_derive_writes_and_verifies(underived: Path) -> None:
     run = [sys.executable, "-c", "from service.cli.main import main; exit(main())", "derive", str(underived)]
     result = subprocess.run(run, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert sorted(Path(line).name for line in result.stdout.splitlines()) == sorted(INT8)
+    assert sorted(Path(line).name for line in result.stdout.splitlines()) == [
+        "decoder.int8.onnx (from decoder.fast.onnx)",
+        "encoder.int8.onnx (from encoder.fast.onnx)",
+    ]
     assert result.stderr == ""  # nothing of the quantizer's
     (underived / "decoder.int8.onnx").write_bytes(b"damaged")
     result = subprocess.run(run, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     (line,) = result.stderr.splitlines()
     assert line.startswith("attnserve: ") and "decoder.int8.onnx: sha256 does not match" in line
+
+
+def test_derive_gives_a_float32_bundle_its_int8_graphs(
+    tiny_bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A bundle without the variant (as ``import-marian`` writes) gets it from the graphs it ships (its exact
+    encoder, its fast decoder), says so, and serves it; derive again finds nothing to do and says why."""
+    bundle = Path(shutil.copytree(tiny_bundle, tmp_path / "bundle"))
+    assert main(["derive", str(bundle)]) == 0
+    assert sorted(capsys.readouterr().out.splitlines()) == [
+        f"{bundle / 'decoder.int8.onnx'} (from decoder.fast.onnx)",
+        f"{bundle / 'encoder.int8.onnx'} (from encoder.onnx)",
+    ]
+    loaded = load_bundle(bundle)
+    assert loaded.variants == ["float32", "int8"] and loaded.default_variant == "float32"
+    assert not loaded.form("encoder", "int8").attentions
+    requests = [
+        DecodeRequest(src=loaded.tokenizer.encode_source("Open file"), beam_size=b, max_length=12) for b in (1, 4)
+    ]
+    for result in decode(Runner(loaded, "cpu", variant="int8"), requests):
+        assert 0 < len(result.hypotheses[0].tokens) <= 12
+    assert main(["derive", str(bundle)]) == 0
+    assert capsys.readouterr().out == (
+        f"{bundle}: nothing to derive: its int8 graphs (decoder.int8.onnx, encoder.int8.onnx) are there (--force "
+        "derives them again)\n"
+    )
+
+
+def test_derive_says_why_a_bundle_cannot_have_int8_graphs(
+    tiny_bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    bundle = Path(shutil.copytree(tiny_bundle, tmp_path / "bundle"))
+    manifest = manifest_of(bundle)
+    del manifest.graphs["fast_decoder"]
+    manifest.write(bundle)
+    assert main(["derive", str(bundle)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (
+        f"attnserve: {bundle}: no fast decoder to quantize (graphs.fast_decoder) — export the bundle again with this "
+        "version (`attnserve export BUNDLE OUT --int8`)"
+    )
+    assert "int8" not in manifest_of(bundle).graphs

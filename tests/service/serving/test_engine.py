@@ -20,6 +20,7 @@ from service.decoding import DecodeRequest, DecodeResult, decode
 from service.errors import NoSuchIndex, TooLarge, UnknownPair
 from service.http import errors
 from service.runtime.bundle import ModelSpec, load_bundle
+from service.runtime.manifest import Manifest
 from service.runtime.runner import Runner as OnnxRunner
 from service.serving.budget import BudgetFull, MiB
 from service.serving.engine import Engine, Pooled, Runners
@@ -60,8 +61,11 @@ class Bundle:
     name: str = "fake"
     source_lang: str = "en"
     target_lang: str = "ja"
-    manifest: dict[str, Any] = field(default_factory=dict)  # no calibration
+    manifest: Manifest = field(default_factory=Manifest)  # no calibration
     targets: dict[str, list[int]] = field(default_factory=lambda: {"ja": []})
+
+    def served_variant(self, override: str | None) -> str:
+        return override or self.manifest.default_variant
 
 
 def fake_engine(bundle: Bundle | None = None, **settings: Any) -> Engine:

@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from service.http.keys import KeysFileError, read_keys_file
@@ -19,6 +19,15 @@ from service.serving.packages import argos_packages_dir, default_cache_dir
 
 MODEL_BUNDLES = Path(__file__).resolve().parent.parent / "model" / "bundles"  # every bundle the repository ships
 EN_JA = MODEL_BUNDLES / "en-ja"
+
+
+class PairDecoding(BaseModel):
+    """One pair's decoding defaults (``pair_defaults``' values): each field unset falls back to the global one."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    beam_size: int | None = Field(None, ge=1, le=8)
+    length_penalty: float | None = Field(None, ge=0.0, le=4.0)
 
 
 class Settings(BaseSettings):
@@ -193,6 +202,26 @@ class Settings(BaseSettings):
     max_length: int = Field(
         256, ge=1, description="Largest max_length (generated tokens); the default is min(this, 2 × source + 10)."
     )
+    default_beam_size: int = Field(
+        1,
+        ge=1,
+        le=8,
+        description="The beam of a request that names no beam_size (at most max_beam_size): 1 = greedy, the "
+        "fastest; LibreTranslate decodes with 4 (often better translations, several hypotheses decoded a text).",
+    )
+    default_length_penalty: float = Field(
+        1.0,
+        ge=0.0,
+        le=4.0,
+        description="The length penalty of a request that names none: finished beam hypotheses rank by score / "
+        "length^this; LibreTranslate passes 0.2 to CTranslate2 (shorter hypotheses favoured more).",
+    )
+    pair_defaults: dict[str, PairDecoding] = Field(
+        default_factory=dict,
+        description='Per pair, decoding defaults over the two above, as JSON: {"en-de": {"beam_size": 4, '
+        '"length_penalty": 0.2}}; a key is a served pair, source-target, a pivot pair\'s applying to both of its '
+        "hops. A request's own beam_size or length_penalty wins over both.",
+    )
 
     sentence_split_chars: int = Field(
         200,
@@ -305,6 +334,23 @@ class Settings(BaseSettings):
         if self.argos_packages is not None and "bundles" not in self.model_fields_set:
             return []
         return self.bundles
+
+    def decoding(self, pair: tuple[str, str]) -> tuple[int, float]:
+        """The beam size and length penalty a request to ``pair`` that names neither decodes with: the pair's
+        entry of ``pair_defaults``, else the global defaults."""
+        entry = self.pair_defaults.get("-".join(pair), PairDecoding())
+        beam = self.default_beam_size if entry.beam_size is None else entry.beam_size
+        penalty = self.default_length_penalty if entry.length_penalty is None else entry.length_penalty
+        return beam, penalty
+
+    @model_validator(mode="after")
+    def _check_beams(self) -> Settings:
+        beams: dict[str, int | None] = {"default_beam_size": self.default_beam_size}
+        beams.update({f"pair_defaults[{k!r}].beam_size": v.beam_size for k, v in self.pair_defaults.items()})
+        for name, beam in beams.items():
+            if beam is not None and beam > self.max_beam_size:
+                raise ValueError(f"{name}={beam} is over max_beam_size={self.max_beam_size}: lower it, or raise both")
+        return self
 
     @model_validator(mode="after")
     def _check_keys_file(self) -> Settings:

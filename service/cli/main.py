@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--bundle", type=Path, default=None, help="bundle directory (default: the first bundle serving --target)"
         )
-        p.add_argument("--beam-size", type=int, default=1)
+        p.add_argument("--beam-size", type=int, default=None, help="default: the settings' default_beam_size")
         p.add_argument("--target", default=None, help="target language (default: the first bundle's first)")
         if name == "attention":
             p.add_argument("--target-text", default=None, help="force-decode this translation")

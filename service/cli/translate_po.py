@@ -35,7 +35,7 @@ def add_parser(sub: Any) -> None:
         "--bundle", type=Path, default=None, help="bundle directory without --url (default: one serving the pair)"
     )
     p.add_argument("--batch-size", type=int, default=32, help="texts a batch (default 32)")
-    p.add_argument("--beam-size", type=int, default=1)
+    p.add_argument("--beam-size", type=int, default=None, help="default: the server's")
     p.add_argument("--no-fuzzy", action="store_true", help="do not mark filled entries fuzzy")
 
 
@@ -73,7 +73,7 @@ def remote_batch(args: argparse.Namespace, client: Any) -> TranslateBatch:
         body: dict[str, Any] = {"q": texts, "source": args.source, "target": args.target, "format": "text"}
         if args.api_key:
             body["api_key"] = args.api_key
-        if args.beam_size > 1:
+        if args.beam_size is not None:
             body["beam_size"] = args.beam_size
         try:
             response = await client.post("/translate", json=body)

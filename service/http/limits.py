@@ -24,9 +24,10 @@ def check_texts(settings: Settings, texts: Sequence[str]) -> None:
 
 
 def check_options(settings: Settings, options: Options) -> None:
-    """Raises OptionOverLimit for a beam (widened for the alternatives) or a max_length over the settings'."""
+    """Raises OptionOverLimit for a beam asked for (widened for the alternatives) or a max_length over the
+    settings'."""
     s = settings
-    beam = options.beam
+    beam = max(options.beam_size or 1, options.alternatives + 1)
     if beam > s.max_beam_size:
         raise OptionOverLimit(
             f"beam_size={beam} is over the limit max_beam_size={s.max_beam_size}", "max_beam_size", s.max_beam_size

@@ -46,7 +46,8 @@ class State:
         for p in pivots(direct, s.pivot_language):
             first, second = p.hops
             glossary = read_glossary(s.glossary_dir, *p.pair)
-            routes[p.pair] = PivotRoute(p, direct[first], direct[second], glossary)
+            decoding = s.pair_defaults.get("-".join(p.pair))
+            routes[p.pair] = PivotRoute(p, direct[first], direct[second], glossary, decoding)
         self.routes = routes
 
     def served(self) -> dict[Pair, Route]:

@@ -19,7 +19,7 @@ from typing import Any
 from service.runtime.bundle import Bundle, BundleError, load_bundle
 from service.serving import packages
 from service.serving.budget import MiB
-from service.serving.catalog import Pair, disk_bytes, pairs_of
+from service.serving.catalog import Pair, disk_bytes, pairs_of, pivots
 from service.settings import Settings
 
 ENV_PREFIX = "ATTNSERVE_"
@@ -112,7 +112,24 @@ def check(settings: Settings) -> Checked:
             f"nothing to serve: {ENV_PREFIX}BUNDLES is empty and no Argos package could be served — name at least "
             f"one bundle directory, or set {ENV_PREFIX}ARGOS_PACKAGES to a directory of packages (the log names each)"
         )
+    check_pair_defaults(settings, list(pairs))
     return Checked(bundles, outcomes)
+
+
+def check_pair_defaults(settings: Settings, direct: list[Pair]) -> None:
+    """Every key of ``pair_defaults`` is a pair served, directly or through the pivot language.
+
+    Raises:
+        StartupError: naming the keys that are not, and the pairs that are.
+    """
+    served = [*direct, *(p.pair for p in pivots(direct, settings.pivot_language))]
+    names = ["-".join(p) for p in served]
+    unknown = [k for k in settings.pair_defaults if k not in names]
+    if unknown:
+        raise StartupError(
+            f"{ENV_PREFIX}PAIR_DEFAULTS names {', '.join(repr(k) for k in unknown)}, which this server does not "
+            f"serve; it serves {', '.join(names)}: key each entry by a served pair, source-target"
+        )
 
 
 def package_outcomes(settings: Settings) -> list[packages.Outcome]:

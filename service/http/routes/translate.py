@@ -43,7 +43,7 @@ async def translate(request: Request) -> OrjsonResponse:
     if route is None:
         check_unicode(texts)  # before language detection, which cannot read an unpaired surrogate
     options = Options(
-        beam_size=body.beam_size or 1,
+        beam_size=body.beam_size,
         max_length=body.max_length,
         alternatives=body.alternatives,
         length_penalty=body.length_penalty,

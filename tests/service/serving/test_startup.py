@@ -146,6 +146,11 @@ SETTINGS: dict[str, tuple[dict[str, str], str, str]] = {
     "no bundle": ({"ATTNSERVE_BUNDLES": " "}, "ATTNSERVE_BUNDLES is empty", "name at least one"),
     "keys file unreadable": ({"ATTNSERVE_API_KEYS_FILE": "/nonexistent/k"}, "ATTNSERVE_API_KEYS_FILE", "cannot read"),
     "variant not in the bundle": ({"ATTNSERVE_GRAPH_VARIANT": "int8"}, "no 'int8' graphs", "this bundle has"),
+    "defaults of a pair not served": (
+        {"ATTNSERVE_PAIR_DEFAULTS": '{"en-de": {"beam_size": 4}}'},
+        "ATTNSERVE_PAIR_DEFAULTS names 'en-de'",
+        "it serves en-ja",
+    ),
 }
 
 

@@ -40,6 +40,12 @@ class Settings(BaseSettings):
         description="Bundle directories to serve, one per language pair; a directory of bundles stands for each "
         "bundle in it, in name order. Unset: every bundle under model/bundles.",
     )
+    shipped_bundles: Path = Field(
+        MODEL_BUNDLES,
+        description="Where the bundles that come with attnserve are (model/bundles; the images set theirs): a "
+        "pair that a bundle elsewhere in BUNDLES or a package also serves is served from that one, the user's, and "
+        "the shipped bundle is shadowed (logged; `attnserve models` names it).",
+    )
     argos_packages: Path | None = Field(
         None,
         description="A directory of unpacked Argos Translate packages (a LibreTranslate installation's), each "
@@ -327,6 +333,10 @@ class Settings(BaseSettings):
             return self.argos_packages
         default = argos_packages_dir()
         return default if default.is_dir() else None
+
+    def is_shipped(self, path: Path) -> bool:
+        """Whether ``path`` is one of the bundles under ``shipped_bundles``."""
+        return path.resolve().is_relative_to(self.shipped_bundles.resolve())
 
     def served_bundles(self) -> list[Path]:
         """The bundle directories served beside the packages: none when ``argos_packages`` is set and ``bundles``

@@ -36,9 +36,17 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ATTNSERVE_", env_file=".env", extra="ignore")
 
     bundles: Annotated[list[Path], NoDecode] = Field(
-        default_factory=lambda: bundle_dirs([MODEL_BUNDLES]),
+        default_factory=lambda: [MODEL_BUNDLES],
         description="Bundle directories to serve, one per language pair; a directory of bundles stands for each "
-        "bundle in it, in name order. Unset: every bundle under model/bundles.",
+        "bundle in it, in name order (read again on a reload). Unset: every bundle under model/bundles.",
+    )
+    reload_interval_s: float = Field(
+        2.0,
+        ge=0,
+        description="How often the directories of BUNDLES, the packages directory and argos_cache are looked at "
+        "(their entries' names and times); on a change, as on SIGHUP, the bundles and packages are read again: new "
+        "ones loaded and served, gone ones unloaded once their requests in flight end, broken ones skipped (logged, "
+        "counted). 0 = only on SIGHUP.",
     )
     shipped_bundles: Path = Field(
         MODEL_BUNDLES,
@@ -316,11 +324,6 @@ class Settings(BaseSettings):
             return [v.strip() for v in value.split(",") if v.strip()]
         return value
 
-    @field_validator("bundles", mode="after")
-    @classmethod
-    def _expand_bundles(cls, value: list[Path]) -> list[Path]:
-        return bundle_dirs(value)
-
     @field_validator("argos_packages", mode="before")
     @classmethod
     def _empty_is_none(cls, value: object) -> object:
@@ -343,7 +346,11 @@ class Settings(BaseSettings):
         is not (a LibreTranslate installation's packages alone), else ``bundles``."""
         if self.argos_packages is not None and "bundles" not in self.model_fields_set:
             return []
-        return self.bundles
+        return self.bundle_paths()
+
+    def bundle_paths(self) -> list[Path]:
+        """``bundles`` with each directory of bundles replaced by the bundles in it now, in name order."""
+        return bundle_dirs(self.bundles)
 
     def decoding(self, pair: tuple[str, str]) -> tuple[int, float]:
         """The beam size and length penalty a request to ``pair`` that names neither decodes with: the pair's

@@ -128,7 +128,7 @@ def local(args: argparse.Namespace, settings: Settings) -> int:
     from service.serving.translation import Filters, Options
 
     try:
-        engine = Engine.load(bundle_for(settings.bundles, target=args.target), settings, args.target)
+        engine = Engine.load(bundle_for(settings.bundle_paths(), target=args.target), settings, args.target)
         options = Options(beam_size=args.beam_size)
         if args.command == "translate":
             texts = [t.text for t in engine.translate_now(args.text, options)]

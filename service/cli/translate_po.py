@@ -51,7 +51,7 @@ def local_batch(args: argparse.Namespace, settings: Settings) -> TranslateBatch:
     from service.serving.engine import Engine
     from service.serving.translation import Options
 
-    engine = Engine.load(bundle_for(settings.bundles, args.source, args.target), settings)
+    engine = Engine.load(bundle_for(settings.bundle_paths(), args.source, args.target), settings)
     if args.target in engine.bundle.targets:
         engine = engine.for_target(args.target)
     if engine.pair != (args.source, args.target):

@@ -13,7 +13,7 @@ from service.settings import MODEL_BUNDLES, Settings
 def test_default_serves_every_shipped_bundle(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ATTNSERVE_BUNDLES", raising=False)
     shipped = sorted(p.parent for p in MODEL_BUNDLES.glob("*/manifest.json"))
-    assert shipped and Settings().bundles == shipped
+    assert shipped and Settings().bundle_paths() == shipped
 
 
 def test_bundles_setting_expands_a_directory_of_bundles(
@@ -22,7 +22,7 @@ def test_bundles_setting_expands_a_directory_of_bundles(
     for name in ("en-ja", "en-de"):
         shutil.copytree(tiny_bundle, tmp_path / "bundles" / name)
     monkeypatch.setenv("ATTNSERVE_BUNDLES", f"{tmp_path / 'bundles'},{tiny_bundle}")
-    assert Settings().bundles == [tmp_path / "bundles" / "en-de", tmp_path / "bundles" / "en-ja", tiny_bundle]
+    assert Settings().bundle_paths() == [tmp_path / "bundles" / "en-de", tmp_path / "bundles" / "en-ja", tiny_bundle]
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,6 @@ import orjson
 from fastapi import APIRouter, Request, Response
 
 from service.http.arrays import Encoding, encode
-from service.http.auto import detect_sources
 from service.http.body import parse_body
 from service.http.errors import EmptyText
 from service.http.limits import check_options
@@ -43,8 +42,8 @@ async def attention(request: Request) -> Response:
         raise EmptyText("q is empty; send a text with at least one non-space character")
     source = body.source
     if source == "auto":
-        source = detect_sources(state.detector, [body.q], body.target, list(state.served()))[0].language
-    route, _ = state.route(source, body.target)
+        source = state.models.detect_sources([body.q], body.target)[0].language
+    route = state.models.route(source, body.target)
     options = Options(
         beam_size=body.beam_size, max_length=body.max_length, glossary=body.glossary, keep=tuple(body.keep or ())
     )

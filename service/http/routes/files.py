@@ -96,7 +96,7 @@ async def translate_upload(request: Request, form: FormData) -> JSONResponse:
     target = field("target")
     if not target:
         raise InvalidField("target: missing; send the target language code, as GET /languages lists it")
-    route, _ = state.route(field("source") or "auto", target)
+    route = state.models.route(field("source") or "auto", target)
     data = await upload.read(settings.max_file_bytes + 1)
     if len(data) > settings.max_file_bytes:
         limit = settings.max_file_bytes

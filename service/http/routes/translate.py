@@ -10,7 +10,6 @@ from fastapi import APIRouter, Request
 
 from service.formats.base import Translate
 from service.formats.html import translate_html
-from service.http.auto import detect_sources, translate_auto
 from service.http.lean import LeanRoute, OrjsonResponse, json_body
 from service.http.limits import check_options, check_texts
 from service.http.openapi import ERRORS, request_body
@@ -36,8 +35,9 @@ async def translate(request: Request) -> OrjsonResponse:
     state = state_of(request)
     body = await json_body(request, TranslateRequest)
     state.admission.check(request, body.api_key, body.q)
-    routes = state.served()  # 503 while loading, whatever the source
-    route = None if body.source == "auto" else state.route(body.source, body.target)[0]  # auto: per text, below
+    models = state.models
+    models.served()  # 503 while loading, whatever the source
+    route = None if body.source == "auto" else models.route(body.source, body.target)  # auto: per text, below
     texts = [body.q] if isinstance(body.q, str) else body.q
     check_texts(state.settings, texts)
     if route is None:
@@ -57,9 +57,7 @@ async def translate(request: Request) -> OrjsonResponse:
         translations, detected = await translate_pages(request, body, texts, options, arrival)
     elif route is None:
         gone = request.is_disconnected
-        translations, detected = await translate_auto(
-            routes, state.detector, texts, body.target, options, gone, arrival
-        )
+        translations, detected = await models.translate_auto(texts, body.target, options, gone, arrival)
     else:
         translations = await route.translate(texts, options, request.is_disconnected, arrival)
     return OrjsonResponse(answer(body, translations, detected))  # already TranslateResponse's: no second validation
@@ -73,12 +71,12 @@ async def translate_pages(
     detected = None
     sources = [body.source] * len(pages)
     if body.source == "auto":
-        detected = detect_sources(state.detector, pages, body.target, list(state.served()))
+        detected = state.models.detect_sources(pages, body.target)
         sources = [d.language for d in detected]
     plain = replace(options, alternatives=0, details=False)
     translations = []
     for page, source in zip(pages, sources, strict=True):
-        units = html_translator(state.route(source, body.target)[0], plain, state.settings.max_texts, arrival)
+        units = html_translator(state.models.route(source, body.target), plain, state.settings.max_texts, arrival)
         translations.append(Translation(await translate_html(page, units), [], None))
     return translations, detected
 

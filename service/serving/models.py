@@ -118,7 +118,11 @@ class Models:
             now = await asyncio.to_thread(directory_state, watched(self.settings))
             if asked or now != last:
                 last = now
-                await self.reload()
+                try:
+                    await self.reload()
+                except Exception as e:  # a pivot pair's glossary file broken meanwhile: watching goes on
+                    log.error("reload failed: %s: %s", type(e).__name__, " ".join(str(e).split()))
+                    self.metrics.reloads.labels("failed").inc()
 
     async def reload(self) -> None:
         """Serve what the settings' directories hold now (the module's docstring); never raises: a failure is

@@ -7,8 +7,8 @@ import asyncio
 import httpx
 import pytest
 
-from service.serving import models
 from service.runtime.providers import CPU
+from service.serving import models
 from tests.service.conftest import ServerFactory
 
 METRICS = [

@@ -4,6 +4,7 @@ fail, and SIGHUP reloads a real process."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -119,6 +120,16 @@ def test_sighup_reloads_a_real_process(bundles: Path, tiny_bundle: Path, tmp_pat
         response = httpx.post(server.url + "/translate", json={"q": "Settings", "source": "en", "target": "fr"})
         assert response.status_code == 200, response.text
     assert "reloaded: serving 3 pairs; 1 bundles added, 0 gone" in server.text()
+
+
+def test_a_bundle_replaced_in_place_is_read_again(bundles: Path) -> None:
+    settings = Settings(bundles=[bundles], reload_interval_s=0.1, max_wait_ms=1, argos_packages="")
+    with Server(settings) as server:
+        manifest = bundles / "tiny-en-de" / "manifest.json"
+        manifest.write_text(json.dumps(json.loads(manifest.read_text()) | {"target_lang": "it"}))
+        until(lambda: targets(server.url) == ["it", "ja"])
+        response = server.client().post("/translate", json={"q": "Settings", "source": "en", "target": "it"})
+        assert response.status_code == 200, response.text
 
 
 @pytest.fixture

@@ -90,7 +90,7 @@ def run(pairs: list[tuple[str, str]], bundles: list[Path], env: dict[str, str], 
             timed(c, p)
         rss_all = rss_mb(server.process.pid)
         metrics = c.get("/metrics").text
-    loads = next(float(x.split()[-1]) for x in metrics.splitlines() if x.startswith("attnserve_model_loads_total "))
+    loads = sum(float(x.split()[-1]) for x in metrics.splitlines() if x.startswith("attnserve_model_loads_total{"))
     return {
         "ready_s": ready_s,
         "rss_ready": rss_ready,

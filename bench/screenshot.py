@@ -1,6 +1,8 @@
 """Screenshot of the attention explorer page of a running server, for the README.
 
 python bench/screenshot.py --url http://127.0.0.1:8000 --out docs/explorer.png --text "Delete the selected files?"
+python bench/screenshot.py --url http://127.0.0.1:8000 --out docs/alignment.png --pair en:ja --point Firefox \
+    --text "Open the file in Firefox and save it as PDF."
 
 Needs Debian's ``chromium`` and PyPI's ``playwright`` (never ``playwright install``: it downloads a browser). The
 explorer test (tests/service/http/routes/test_explorer.py) launches the browser and drives the page with the helpers
@@ -72,14 +74,20 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("docs/explorer.png"))
     ap.add_argument("--text", default="Delete the selected files?")
     ap.add_argument("--kind", choices=["cross", "encoder", "decoder"], default="cross")
+    ap.add_argument("--pair", help="SOURCE:TARGET (default the page's first)")
+    ap.add_argument("--point", help="a source word to point at in the word alignment view")
     args = ap.parse_args()
     with chromium() as browser:
         page = browser.new_page(viewport=DESKTOP)
         open_explorer(page, args.url)
+        if args.pair:
+            page.select_option("#pair", args.pair)
         status, body = translate(page, args.text)
         if status != 200:
             raise SystemExit(f"POST /attention answered {status}: {body}")
         page.select_option("#kind", args.kind)
+        if args.point:
+            page.hover(f'#source-words .word:text-is("{args.point}")')
         args.out.parent.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=args.out)
     print(f"wrote {args.out}")

@@ -176,9 +176,10 @@ class Settings(BaseSettings):
     memory_budget_mb: int = Field(
         512,
         ge=16,
-        description="Memory that requests in flight may hold together (attention weights collected for /attention "
-        "and return_details; tokens and scores), from queueing until their answer is built. Requests beyond it "
-        "wait until their deadline, then get 503 + Retry-After; one that needs more than all of it gets 413.",
+        description="Memory that requests in flight may hold together, every pair's in one budget for the process "
+        "(attention weights collected for /attention and return_details; tokens and scores), from queueing until "
+        "their answer is built. Requests beyond it wait until their deadline, then get 503 + Retry-After; one that "
+        "needs more than all of it gets 413.",
     )
 
     memory_trim_interval_s: float = Field(
@@ -203,9 +204,9 @@ class Settings(BaseSettings):
     cache_mb: int = Field(
         0,
         ge=0,
-        description="Memory for /translate's response cache: a text already translated with the same options is "
-        "answered from it, least recently used dropped first (per language pair; return_details answers are not "
-        "cached). 0 = off.",
+        description="Memory for /translate's response cache, one for the process: a text already translated with "
+        "the same pair and options is answered from it, least recently used dropped first, whatever its pair "
+        "(return_details answers are not cached). 0 = off.",
     )
 
     max_chars: int = Field(5000, ge=1, description="Characters per text (413 beyond).")
@@ -256,18 +257,23 @@ class Settings(BaseSettings):
     )
 
     api_keys: Annotated[list[str], NoDecode] = Field(
-        default_factory=list, description="If set, /translate and /attention need one of these keys."
+        default_factory=list,
+        description="If set, /translate, /attention, /detect and /translate_file need one of these keys (api_key, or "
+        "Authorization: Bearer); /languages, /frontend/settings, /download_file, /healthz, /readyz and /metrics "
+        "never do.",
     )
     api_keys_file: Path | None = Field(
         None,
         description="A file of API keys: one per line (# comments), or JSON with per-key limits "
-        '({"<key>": {"requests_per_minute": N, "chars_per_request": M, "chars_per_minute": C}}, each optional); '
-        "re-read when it changes.",
+        '({"<key>": {"requests_per_minute": N, "chars_per_request": M, "chars_per_minute": C}}, each optional) on '
+        "the endpoints api_keys guards (a /translate_file upload counts one request and the characters it "
+        "translates); re-read when it changes.",
     )
     requests_per_minute: int | None = Field(
         None,
         ge=1,
-        description="Requests a minute per client address when no API keys are set (a list of n texts counts n); "
+        description="Requests a minute per client address on /translate, /attention, /detect and /translate_file "
+        "when no API keys are set (a list of n texts counts n); "
         "unset = no limit. Behind a proxy, X-Forwarded-For counts when it comes from FORWARDED_ALLOW_IPS "
         "(uvicorn's).",
     )

@@ -33,6 +33,7 @@ from service.errors import (
     UnknownPair,
     UnreadableFile,
 )
+from service.http.middleware import pair_of
 from service.metrics import Metrics
 from service.serving.scheduler import DeadlineExceeded, QueueFull
 
@@ -169,7 +170,7 @@ def install(app: FastAPI, metrics: Callable[[], Metrics | None]) -> None:
 def _handler(rule: Rule, metrics: Callable[[], Metrics | None]) -> Callable[[Request, Exception], Any]:
     async def handle(request: Request, e: Exception) -> JSONResponse:
         if rule.reason is not None and (m := metrics()) is not None:
-            m.reject(rule.reason)
+            m.reject(rule.reason, pair_of(request.scope))
         return error(rule.status, rule.message(e), rule.headers(e) if rule.headers else None)
 
     return handle

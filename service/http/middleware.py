@@ -1,4 +1,5 @@
-"""ASGI middleware: the body size limit and the request metrics, on every HTTP request."""
+"""ASGI middleware: the body size limit and the request metrics, on every HTTP request; the pair a request's
+metrics count under."""
 
 from __future__ import annotations
 
@@ -6,16 +7,29 @@ import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from fastapi import Request
 from fastapi.responses import JSONResponse
 
 from service.errors import TooLarge
 from service.metrics import Metrics
+from service.serving.catalog import Pair, pair_label
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+PAIR = "attnserve.pair"  # the scope's key for the request's pair label
+
+
+def count_under(request: Request, pair: Pair) -> None:
+    """Count the request's latency and refusals under ``pair`` (the first pair it is routed to)."""
+    request.scope.setdefault(PAIR, pair_label(pair))
+
+
+def pair_of(scope: Scope) -> str:
+    """The request's pair label; empty until it is routed."""
+    return str(scope.get(PAIR, ""))
 
 
 class BodyLimit:
@@ -70,4 +84,4 @@ class RequestMetrics:
             metrics = self.metrics()
             if metrics is not None:
                 endpoint = scope["path"].strip("/") or "other"
-                metrics.observe_request(endpoint, status, time.perf_counter() - start)
+                metrics.observe_request(endpoint, status, time.perf_counter() - start, pair_of(scope))

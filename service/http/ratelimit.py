@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from fastapi import Request
 
@@ -49,8 +50,19 @@ class Buckets:
             self.prune_at = max(PRUNE_AT, 2 * len(self.full_at))
 
 
+@dataclass(frozen=True)
+class Client:
+    """Who sends a request, as the limits count it: ``key:<key>`` or ``addr:<address>``, its limits, and how a
+    refusal names them."""
+
+    name: str
+    limits: KeyLimits
+    whose: str
+
+
 class Admission:
-    """Who may send a request: the API key check and the per-client limits of docs/API.md's "Limits".
+    """Who may send a request to /translate, /attention, /detect and /translate_file: the API key check and the
+    per-client limits (docs/API.md, "API keys and per-client limits").
 
     Built once for the app; :meth:`check` is one attribute test when no keys and no anonymous limit are set.
     """
@@ -73,34 +85,51 @@ class Admission:
         """
         if not self.active:
             return
-        if self.keys.configured:
-            given = given_key(request, body_key) or ""
-            found = self.keys.lookup(given) if given else None
-            if found is None:
-                what = "a wrong API key" if given else "no API key"
-                raise Forbidden(f"{what}: send a valid key as 'api_key' or 'Authorization: Bearer <key>'")
-            limits, client, whose = found, "key:" + given, "this API key's"
-        else:
-            limits, whose = self.anonymous, "this client address's"
-            client = "addr:" + (request.client.host if request.client else "")
         one = isinstance(texts, str)
         cost, chars = 1 if one else max(1, len(texts)), len(texts) if one else sum(len(t) for t in texts)
-        _check_sizes(limits, whose, cost, chars)
-        self._take(limits, whose, client, cost, chars)
+        self.charge(self.client(request, body_key), cost, chars)
 
-    def _take(self, limits: KeyLimits, whose: str, client: str, cost: int, chars: int) -> None:
+    def client(self, request: Request, body_key: str | None) -> Client | None:
+        """The request's client, its key checked; None when neither keys nor an anonymous limit are set.
+
+        Raises:
+            Forbidden: keys are configured and the request has none of them.
+        """
+        if not self.active:
+            return None
+        if not self.keys.configured:
+            address = request.client.host if request.client else ""
+            return Client("addr:" + address, self.anonymous, "this client address's")
+        given = given_key(request, body_key) or ""
+        found = self.keys.lookup(given) if given else None
+        if found is None:
+            what = "a wrong API key" if given else "no API key"
+            raise Forbidden(f"{what}: send a valid key as 'api_key' or 'Authorization: Bearer <key>'")
+        return Client("key:" + given, found, "this API key's")
+
+    def charge(self, client: Client | None, cost: int, chars: int) -> None:
+        """Take ``cost`` requests and ``chars`` characters from ``client``'s allowance, or refuse them all (a
+        request, or a file's texts once they are known).
+
+        Raises:
+            KeyLimitExceeded, RateLimited: as :meth:`check`.
+        """
+        if client is None:
+            return
+        limits, whose = client.limits, client.whose
+        _check_sizes(limits, whose, cost, chars)
         now = self.clock()
         rates = [
             (self.requests, limits.requests_per_minute, cost, "requests_per_minute"),
             (self.chars, limits.chars_per_minute, chars, "chars_per_minute"),
         ]
         for buckets, per_minute, units, field in rates:
-            if per_minute is not None and (wait := buckets.wait(client, units, per_minute, now)) > 0:
+            if per_minute is not None and (wait := buckets.wait(client.name, units, per_minute, now)) > 0:
                 retry = math.ceil(wait)
                 raise RateLimited(f"over {whose} {field}={per_minute}; retry in {retry} s", retry)
         for buckets, per_minute, units, _ in rates:
             if per_minute is not None:
-                buckets.take(client, units, per_minute, now)
+                buckets.take(client.name, units, per_minute, now)
 
 
 def _check_sizes(limits: KeyLimits, whose: str, cost: int, chars: int) -> None:

@@ -99,6 +99,23 @@ class TranslateRequest(BaseModel):
         None, description="Source term → target term: each term found in a text is in its translation as given."
     )
     keep: list[str] | None = Field(None, description="Terms copied into the translation verbatim.")
+    alignments: bool = Field(
+        False, description="Add word alignments: character spans of the text and of its translation (docs/API.md)."
+    )
+    alignment_layer: int | None = Field(
+        None,
+        description="The decoder layer the alignments read (negative: from the last); default the measured rule's.",
+    )
+    alignment_heads: list[int] | None = Field(
+        None, min_length=1, description="The heads the alignments average; default the measured rule's."
+    )
+
+
+class WordLink(BaseModel):
+    """Two words that translate each other: [start, end) code points of the request text and of the translation."""
+
+    source: list[int] = Field(min_length=2, max_length=2)
+    target: list[int] = Field(min_length=2, max_length=2)
 
 
 class TranslateResponse(BaseModel):
@@ -110,6 +127,12 @@ class TranslateResponse(BaseModel):
     alternatives: list[str] | list[list[str]] | None = None
     detectedLanguage: dict[str, str | float] | list[dict[str, str | float]] | None = Field(
         None, description="With source 'auto': each text's detected language and confidence (0–100)."
+    )
+    alignments: list[WordLink] | list[list[WordLink] | None] | None = Field(
+        None,
+        description="With alignments: the text's word pairs (a list of them per text for a list q), ordered by "
+        "source then target; null for a text translated through a pivot language or with format 'html'.",
+        examples=[[{"source": [0, 4], "target": [5, 7]}, {"source": [5, 9], "target": [0, 4]}]],
     )
     details: dict[str, Any] | list[dict[str, Any]] | None = Field(
         None,
@@ -185,6 +208,9 @@ class AttentionRequest(BaseModel):
         "(weight = byte × scale), {dtype, shape, data: base64 of the C-order little-endian bytes}: smaller, above "
         "all with Accept-Encoding: gzip.",
     )
+    alignments: bool = Field(False, description="Add word alignments, as /translate's.")
+    alignment_layer: int | None = Field(None, description="As /translate's.")
+    alignment_heads: list[int] | None = Field(None, min_length=1, description="As /translate's.")
 
 
 class EncodedArray(BaseModel):
@@ -243,6 +269,7 @@ class AttentionResponse(BaseModel):
     decoder: Weights | None = None
     cross: Weights | None = None
     segments: list[AttentionSegment]
+    alignments: list[WordLink] | None = Field(None, description="With alignments: as /translate's for one text.")
 
 
 class Language(BaseModel):

@@ -1,10 +1,10 @@
 """A bounded response cache for /translate: the translation of a text already translated with the same options,
 without decoding it again (UI catalogs repeat their strings; LibreTranslate has one too).
 
-One cache per engine (so per language pair), least recently used entries dropped first once the entries' estimated
-size passes the bound. A hit returns the very :class:`~service.serving.engine.Translation` the first decoding gave, so
-an
-answer never depends on whether it was cached.
+One cache for the process, shared by every bundle's engines (each under keys of its own), least recently used
+entries dropped first once the entries' estimated size passes the bound. A hit returns the very
+:class:`~service.serving.engine.Translation` the first decoding gave, so an answer never depends on whether it was
+cached.
 """
 
 from __future__ import annotations

@@ -12,6 +12,11 @@ from typing import Any
 Pair = tuple[str, str]  # (source language, target language)
 
 
+def pair_label(pair: Pair) -> str:
+    """A pair as the metrics' ``pair`` label writes it: ``en-de``."""
+    return f"{pair[0]}-{pair[1]}"
+
+
 def pairs_of(manifest: Mapping[str, Any]) -> list[Pair]:
     """The language pairs one bundle serves: its ``source_lang`` into each of its targets (the manifest's
     ``targets``, a multi-target model's; else ``target_lang``), as service.runtime.bundle's ``Bundle.targets`` reads

@@ -12,6 +12,7 @@ import asyncio
 import copy
 import logging
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
@@ -27,12 +28,14 @@ from service.runtime.bundle import Bundle, load_bundle
 from service.runtime.providers import CPU
 from service.runtime.runner import Runner, trim_memory
 from service.serving.admission import check_servable
+from service.serving.alignment import SegmentInput, alignable
 from service.serving.budget import Budget, MiB, answer_bytes, request_bytes
 from service.serving.cache import LruCache, through_cache
+from service.serving.catalog import pair_label
 from service.serving.confidence import Calibration, Evidence, coverage, is_content
 from service.serving.core_sharing import WhileSaturated
 from service.serving.explain import explaining
-from service.serving.restoring import ForcingRunner, Restored, restore_spans, worst
+from service.serving.restoring import ForcingRunner, Restored, attend, restore_spans, worst
 from service.serving.scheduler import DeadlineExceeded, Scheduler, StepStats
 from service.serving.steps import Step, carried, carried_now
 from service.serving.translation import (
@@ -103,6 +106,22 @@ class Runners:
         return cls(exact, exact, forced)
 
 
+@dataclass(frozen=True)
+class Pooled:
+    """What every engine of a process shares: the memory that requests in flight may hold (``memory_budget_mb``)
+    and the response cache (``cache_mb``; None: off)."""
+
+    budget: Budget
+    cache: LruCache[Translation] | None
+
+    @classmethod
+    def of(cls, settings: Settings) -> Pooled:
+        """A budget and a cache of the settings' sizes. The heap's free memory goes back to the system when the
+        budget is unused, and every memory_trim_interval_s under load."""
+        budget = Budget(settings.memory_budget_mb * MiB, trim=trim_memory, trim_every_s=settings.memory_trim_interval_s)
+        return cls(budget, LruCache[Translation](settings.cache_mb * MiB) if settings.cache_mb else None)
+
+
 def _ignore(*_: int) -> None:
     pass
 
@@ -120,9 +139,18 @@ class Engine:
     request goes to the least busy one.
     """
 
-    def __init__(self, bundle: Bundle, settings: Settings, runners: Runners, target: str | None = None) -> None:
+    def __init__(
+        self,
+        bundle: Bundle,
+        settings: Settings,
+        runners: Runners,
+        target: str | None = None,
+        pooled: Pooled | None = None,
+    ) -> None:
         """Args:
             target: which of the bundle's targets this engine translates into (default its first).
+            pooled: the process's memory budget and response cache, shared with its other engines (default its
+                own, of the settings' sizes).
 
         Raises:
             UnknownPair: the bundle has no such target.
@@ -133,16 +161,15 @@ class Engine:
         self.tokenizer = bundle.tokenizer
         self.runners = runners
         self.schedulers: dict[str, list[Scheduler]] = {}  # "exact", "fast": one per decoding thread
-        # What requests in flight hold (service/serving/budget.py); the heap's free memory goes back to the system when
-        # none is left, and every memory_trim_interval_s under load.
-        self.budget = Budget(
-            settings.memory_budget_mb * MiB, trim=trim_memory, trim_every_s=settings.memory_trim_interval_s
-        )
+        pooled = pooled or Pooled.of(settings)
+        self.budget = pooled.budget  # what requests in flight hold (service/serving/budget.py)
+        # Translations of texts already translated with the same options (service/serving/cache.py), under this
+        # engine's own key: a bundle loaded again, or another bundle for the pair, never answers with its entries.
+        self.cache = pooled.cache
+        self._entries = object()
         self._on_input: Callable[[int], object] = _ignore
         self._on_cache: Callable[[int, int], object] = _ignore
         self._on_spans: Callable[[list[str]], object] = _ignore_paths
-        # Translations of texts already translated with the same options (service/serving/cache.py); None: off.
-        self.cache = LruCache[Translation](settings.cache_mb * MiB) if settings.cache_mb else None
         calibration = bundle.manifest.get("calibration")  # absent: no confidence, default flag thresholds
         self.calibration = Calibration.from_manifest(calibration, bundle.spec.n_decoder_layers, bundle.name)
         spec = bundle.spec  # the target vocabulary as a constrained re-decode reads it (service/decoding/constraint.py)
@@ -168,8 +195,8 @@ class Engine:
         )
 
     def for_target(self, target: str) -> Engine:
-        """An engine for another of the bundle's targets that shares this one's runners, schedulers, memory budget
-        and response cache (call it after :meth:`start`; only this engine is started and stopped).
+        """An engine for another of the bundle's targets that shares this one's runners and schedulers (call it
+        after :meth:`start`; only this engine is started and stopped).
 
         Raises:
             UnknownPair: the bundle has no such target.
@@ -197,6 +224,11 @@ class Engine:
     def pair(self) -> tuple[str, str]:
         """(source language, target language)."""
         return self.bundle.source_lang, self.target
+
+    @property
+    def label(self) -> str:
+        """The pair as metrics label it (``en-de``)."""
+        return pair_label(self.pair)
 
     @property
     def provider(self) -> str:
@@ -248,15 +280,14 @@ class Engine:
     def _unique_schedulers(self) -> list[Scheduler]:
         return list({id(s): s for group in self.schedulers.values() for s in group}.values())
 
-    @property
-    def queue_depth(self) -> int:
-        """Texts waiting in the schedulers' queues."""
-        return sum(s.queue_depth for s in self._unique_schedulers())
+    def queued_by_pair(self) -> Counter[str]:
+        """Texts waiting in the schedulers' queues, by pair label (a multi-target bundle's pairs share the
+        schedulers)."""
+        return sum((s.queued_by_pair() for s in self._unique_schedulers()), Counter())
 
-    @property
-    def active_sequences(self) -> int:
-        """Rows being decoded."""
-        return sum(s.active_sequences for s in self._unique_schedulers())
+    def rows_by_pair(self) -> Counter[str]:
+        """Rows being decoded, by pair label."""
+        return sum((s.rows_by_pair() for s in self._unique_schedulers()), Counter())
 
     async def translate(
         self, texts: Sequence[str], options: Options, gone: Gone | None = None, arrival: float | None = None
@@ -274,7 +305,7 @@ class Engine:
             DeadlineExceeded: ``request_timeout_s`` passed first.
             ClientGone: ``gone()`` said the caller went away; the texts' rows were freed.
         """
-        if self.cache is not None and not options.details:
+        if self.cache is not None and not options.details and not options.alignments:
             return await self._cached(texts, options, gone, arrival)
         return await self._translate(texts, options, gone, arrival)
 
@@ -287,7 +318,7 @@ class Engine:
         def translate(missing: list[str]) -> Awaitable[list[Translation]]:
             return self._translate(missing, options, gone, arrival)
 
-        key = (self.target, cache_key(options.defaulted(*self.decoding)))  # the cache is shared by a bundle's targets
+        key = (self._entries, self.target, cache_key(options.defaulted(*self.decoding)))
         out, missing = await through_cache(self.cache, texts, key, translate, translation_strings)
         self._on_cache(len(texts) - missing, missing)
         return out
@@ -332,15 +363,86 @@ class Engine:
         self._check(texts)
         prepared = self.text.prepare(texts, options.glossary, options.keep)
         if prepared is None:
-            requests = [self._request(t, options, options.details) for t in texts]
-            out = self._translations(requests, (yield requests), options)
+            requests = [self._request(t, options, self._attention_rows(options)) for t in texts]
+            results = yield requests
+            if options.alignments:
+                yield from self._attend_best(requests, results)
+            out = self._translations(requests, results, options)
+            if options.alignments:
+                out = self._aligned(texts, out, self._plain_inputs(texts, out, results))
             return self._assessed(texts, out) if options.details else out
         requests = self._segment_requests(prepared, options)
         results = yield requests
         restored = yield from restore_spans(self.text, self.runners.forced, prepared, requests, results)
         self._on_spans([p for p in restored.paths if p is not None])
         out = self._finished(prepared, requests, results, restored, options)
+        if options.alignments:
+            yield from self._attend_best(requests, results)
+            out = self._aligned(texts, out, self._segment_inputs(prepared, results, restored))
         return self._assessed(texts, out) if options.details else out
+
+    def _attention_rows(self, options: Options) -> bool:
+        """Whether decoding collects attention rows: for details, and for alignments where no forced decoder can
+        give the answering hypotheses' cross-attention after decoding."""
+        return options.details or (options.alignments and self.runners.forced is None)
+
+    def _segment_requests(self, prepared: Prepared, options: Options) -> list[DecodeRequest]:
+        """One request a segment, on the fast graphs unless it needs attention rows (:meth:`_attention_rows`)."""
+        return [self._request(s.source, options, self._attention_rows(options)) for s in prepared.segments]
+
+    def _attend_best(
+        self, requests: list[DecodeRequest], results: list[DecodeResult]
+    ) -> Generator[Step, list[DecodeResult], None]:
+        """The best hypotheses' cross-attention, from one forced-decoder call where decoding did not collect it."""
+        everyone = list(range(len(requests)))
+        yield from attend(
+            self.runners.forced, requests, results, everyone, lambda i, h: h is results[i].hypotheses[0]
+            and not h.cross_attention
+        )  # fmt: skip
+
+    def _plain_inputs(
+        self, texts: Sequence[str], translations: list[Translation], results: list[DecodeResult]
+    ) -> list[list[SegmentInput]]:
+        """Per text decoded whole, its one segment."""
+        return [
+            [self._segment_input((0, len(text)), (0, len(t.text)), text, r)]
+            for text, t, r in zip(texts, translations, results, strict=True)
+        ]
+
+    def _segment_inputs(
+        self, prepared: Prepared, results: list[DecodeResult], restored: Restored
+    ) -> list[list[SegmentInput]]:
+        """Per text, its segments: where each stands in the text and in its translation, and what answered it."""
+        places = prepared.placed([texts[0] for texts in restored.texts])
+        return [
+            [
+                self._segment_input(prepared.offsets[i], place, prepared.segments[i].source, results[i])
+                for i, place in zip(parts, text_places, strict=True)
+            ]
+            for parts, text_places in zip(prepared.ranges(), places, strict=True)
+        ]
+
+    def _segment_input(
+        self, source: tuple[int, int], target: tuple[int, int], model_input: str, result: DecodeResult
+    ) -> SegmentInput:
+        hyp, spec = result.hypotheses[0], self.bundle.spec
+        cross = (
+            np.stack(hyp.cross_attention) if hyp.cross_attention else np.zeros((0, spec.n_decoder_layers, spec.h, 0))
+        )
+        return SegmentInput(source, target, model_input, self.tokenizer.pieces(hyp.tokens), cross)
+
+    def _aligned(
+        self, texts: Sequence[str], translations: list[Translation], inputs: list[list[SegmentInput]]
+    ) -> list[Translation]:
+        """The translations with what their word alignments are read from."""
+        spec = self.bundle.spec
+        return [
+            replace(
+                t,
+                alignable=alignable(self.tokenizer, self.pair, text, t.text, segments, (spec.n_decoder_layers, spec.h)),
+            )
+            for text, t, segments in zip(texts, translations, inputs, strict=True)
+        ]
 
     def _assessed(self, texts: Sequence[str], translations: list[Translation]) -> list[Translation]:
         """Details with each text's confidence and flags (service/serving/confidence.py)."""
@@ -366,10 +468,6 @@ class Engine:
         limit = self.settings.max_chars
         if (longest := max((len(t) for t in texts), default=0)) > limit:
             raise TooLarge(f"a text has {longest} characters; the limit is max_chars={limit}", "max_chars", limit)
-
-    def _segment_requests(self, prepared: Prepared, options: Options) -> list[DecodeRequest]:
-        """One request a segment, on the fast graphs unless details want attention."""
-        return [self._request(s.source, options, options.details) for s in prepared.segments]
 
     def _finished(
         self,
@@ -420,7 +518,8 @@ class Engine:
             return self._sent(step, True, gone, deadline)
 
         async with self.budget.hold(self._attention_bytes(prepared, requests, filters, recover), deadline):
-            steps = explaining(self.text, self.runners.forced, self.bundle.spec, prepared, requests, filters, recover)
+            spec, align = self.bundle.spec, (text, self.pair) if options.alignments else None
+            steps = explaining(self.text, self.runners.forced, spec, prepared, requests, filters, recover, align)
             return await carried(steps, sent)
 
     def attention_now(
@@ -429,7 +528,8 @@ class Engine:
         """:meth:`attention` without a scheduler (the command line)."""
         prepared, requests = self._attention_requests(text, options, filters, target_text)
         spec, recover = self.bundle.spec, target_text is None
-        steps = explaining(self.text, self.runners.forced, spec, prepared, requests, filters, recover)
+        align = (text, self.pair) if options.alignments else None
+        steps = explaining(self.text, self.runners.forced, spec, prepared, requests, filters, recover, align)
         return carried_now(steps, partial(self._decode_now, exact=True))
 
     def _attention_bytes(
@@ -526,7 +626,7 @@ class Engine:
         group = self.schedulers["exact" if self._exact(requests, exact) else "fast"]
         scheduler = group[0] if len(group) == 1 else min(group, key=lambda s: s.queue_depth + s.active_sequences)
         timeout = self.settings.request_timeout_s
-        futures = scheduler.submit_many(requests, timeout, deadline - timeout)
+        futures = scheduler.submit_many(requests, timeout, deadline - timeout, self.label)
         try:
             wait = 1.0
             while True:

@@ -11,12 +11,14 @@ decode's (also for ``attention`` and ``appended``, whose text is the first decod
 from __future__ import annotations
 
 from collections.abc import Generator
+from dataclasses import replace
 
 import numpy as np
 import numpy.typing as npt
 
 from service.decoding import DecodeRequest, DecodeResult
 from service.runtime.bundle import ModelSpec, Tokenizer
+from service.serving.alignment import SegmentInput, alignable
 from service.serving.restoring import ForcingRunner, Restored, placed, restore_spans
 from service.serving.steps import Step
 from service.serving.translation import AttentionResult, Filters, SegmentAttention
@@ -31,6 +33,7 @@ def explaining(
     requests: list[DecodeRequest],
     filters: Filters,
     recover: bool,
+    align: tuple[str, tuple[str, str]] | None = None,
 ) -> Generator[Step, list[DecodeResult], AttentionResult]:
     """/attention's work as the engine's steps (it yields requests to decode, and is sent their results, or a
     function to call off the event loop, and is sent ``[]``), returning the answer.
@@ -44,13 +47,22 @@ def explaining(
         filters: the kinds, layers and heads to return.
         recover: check and recover the restored segments as /translate does; False for a forced target, the
             caller's text being the answer.
+        align: the text and its (source, target) languages, for the answer's word alignments; None: none.
     """
     results = yield requests
     if recover:
         restored = yield from restore_spans(text, forced, prepared, requests, results)
     else:
         restored = placed(text, prepared, requests, results)
-    return explained(text, spec, prepared, requests, results, restored, filters)
+    out = explained(text, spec, prepared, requests, results, restored, filters)
+    if align is None:
+        return out
+    inputs = [
+        SegmentInput(s.source, s.target, s.model_input, s.target_tokens, np.stack(r.hypotheses[0].cross_attention))
+        for s, r in zip(out.segments, results, strict=True)
+    ]
+    shape = (spec.n_decoder_layers, spec.h)
+    return replace(out, alignable=alignable(text.tokenizer, align[1], align[0], out.text, inputs, shape))
 
 
 def explained(

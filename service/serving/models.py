@@ -15,21 +15,23 @@ import asyncio
 import gc
 import logging
 import signal
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
+from functools import partial
 from pathlib import Path
 
 from service.errors import AmbiguousSource, NotReady, PairUnavailable, UnknownPair
-from service.metrics import Metrics
+from service.metrics import Metrics, PairQueue
 from service.runtime.bundle import Bundle
 from service.runtime.gpu_memory import device_memory
 from service.runtime.providers import CUDA
 from service.runtime.runner import trim_memory
 from service.serving.auto import detect_sources, translate_auto
 from service.serving.budget import MiB
-from service.serving.catalog import Pair, pairs_of, pivots
+from service.serving.catalog import Pair, pair_label, pairs_of, pivots
 from service.serving.core_sharing import WhileSaturated
-from service.serving.engine import Engine, Runners
+from service.serving.engine import Engine, Pooled, Runners
 from service.serving.pairs import Hooks, PairRegistry
 from service.serving.pivot import PivotRoute
 from service.serving.route import Direct, Route
@@ -61,6 +63,7 @@ class Models:
         self.ready = False
         self.not_ready = "loading the models"  # why not ready, for /readyz and 503s
         self._saturation: WhileSaturated | None = None
+        self._pooled = Pooled.of(settings)  # the process's memory budget and response cache, shared by every engine
         self._reloading = asyncio.Lock()
         self._manifests: dict[Path, int | None] = {}  # each served bundle's manifest time when it was read
         self._wanted = asyncio.Event()  # a reload asked for (SIGHUP)
@@ -77,14 +80,14 @@ class Models:
         settings, metrics = self.settings, self.metrics
         if settings.sched_batch == "saturated":
             self._saturation = WhileSaturated(settings.max_batch_size)
-        hooks = Hooks(loaded=metrics.observe_load, unloaded=metrics.observe_unload)
+        hooks = Hooks(
+            loaded=lambda pairs, seconds: metrics.observe_load(labels(pairs), seconds),
+            unloaded=lambda pairs: metrics.observe_unload(labels(pairs)),
+        )
         registry = PairRegistry[Engine](bundles, self._load, self._unload, settings.models_memory_mb * MiB, hooks)
         self._manifests = {b.path: manifest_time(b.path) for b in bundles}
         self.registry = registry
-        metrics.track(
-            lambda: sum(e.queue_depth for e in registry.engines()),
-            lambda: sum(e.active_sequences for e in registry.engines()),
-        )
+        metrics.track_queues(partial(pair_queues, registry, settings.queue_size * settings.decode_threads))
         metrics.track_pairs(registry.pair_states)
         try:
             self._route_pairs()
@@ -188,10 +191,11 @@ class Models:
 
     async def _load(self, bundle: Bundle) -> dict[Pair, Engine]:
         """A bundle's engines by pair: its runners (on a thread), its schedulers started, warmed up when ``warmup``
-        is on; one engine a target, sharing them (a multi-target bundle)."""
+        is on; one engine a target, sharing them (a multi-target bundle); every bundle's engines share the process's
+        memory budget and response cache."""
         settings, metrics = self.settings, self.metrics
         runners = await asyncio.to_thread(Runners.build, bundle, settings)
-        engine = Engine(bundle, settings, runners)
+        engine = Engine(bundle, settings, runners, pooled=self._pooled)
         await engine.start(
             on_step=metrics.observe_step,
             on_input=metrics.input_tokens.inc,
@@ -297,6 +301,20 @@ class Models:
             What :func:`~service.serving.auto.translate_auto` and :meth:`served` raise.
         """
         return await translate_auto(self.served(), self.detector, texts, target, options, gone, arrival)
+
+
+def labels(pairs: list[Pair]) -> list[str]:
+    return [pair_label(p) for p in pairs]
+
+
+def pair_queues(registry: PairRegistry[Engine], capacity: int) -> dict[str, PairQueue]:
+    """Every pair a bundle serves with its queues now (empty while its bundle is not loaded); ``capacity``: the
+    texts one of its queues holds."""
+    depth, rows = Counter[str](), Counter[str]()
+    for engine in registry.engines():
+        depth.update(engine.queued_by_pair())
+        rows.update(engine.rows_by_pair())
+    return {p: PairQueue(depth[p], rows[p], capacity) for p in labels(registry.pairs)}
 
 
 def manifest_time(bundle: Path) -> int | None:

@@ -18,6 +18,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Generic, Literal, TypeVar
 
 from service.errors import ModelsBusy, PairUnavailable, UnknownPair
@@ -33,10 +34,10 @@ STATES: tuple[State, ...] = ("loaded", "loading", "unloaded")
 
 @dataclass(frozen=True)
 class Hooks:
-    """What the registry reports (service/metrics.py records it): a load's seconds, an unload."""
+    """What the registry reports (service/metrics.py records it): a load's pairs and seconds, an unload's pairs."""
 
-    loaded: Callable[[float], object] = lambda seconds: None
-    unloaded: Callable[[], object] = lambda: None
+    loaded: Callable[[list[Pair], float], object] = lambda pairs, seconds: None
+    unloaded: Callable[[list[Pair]], object] = lambda pairs: None
 
 
 @dataclass(eq=False)
@@ -126,7 +127,7 @@ class PairRegistry(Generic[E]):
             log.info("unloading %s (no longer served)", slot.bundle.name)
             task = asyncio.ensure_future(self._unload(engine))
             self._unloading.add(task)
-            task.add_done_callback(self._unloaded)
+            task.add_done_callback(partial(self._unloaded, list(engine)))
 
     @property
     def pairs(self) -> list[Pair]:
@@ -240,13 +241,13 @@ class PairRegistry(Generic[E]):
             log.info("unloading %s (least recently used) to load %s", victim.bundle.name, slot.bundle.name)
             task = asyncio.ensure_future(self._unload(engine))
             self._unloading.add(task)
-            task.add_done_callback(self._unloaded)
+            task.add_done_callback(partial(self._unloaded, list(engine)))
 
-    def _unloaded(self, task: asyncio.Task[None]) -> None:
+    def _unloaded(self, pairs: list[Pair], task: asyncio.Task[None]) -> None:
         self._unloading.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("unloading a model failed: %s", task.exception())
-        self.hooks.unloaded()
+        self.hooks.unloaded(pairs)
 
     async def _loaded(self, slot: Slot[E], unloading: list[asyncio.Task[None]]) -> Mapping[Pair, E]:
         """Load the slot's bundle once the unloads that made room for it are done.
@@ -268,6 +269,6 @@ class PairRegistry(Generic[E]):
             slot.loading = None
         slot.engine = engine
         seconds = time.monotonic() - start
-        self.hooks.loaded(seconds)
+        self.hooks.loaded(list(engine), seconds)
         log.info("loaded %s in %.2f s", slot.bundle.name, seconds)
         return engine

@@ -60,10 +60,10 @@ class PivotRoute:
         arrival = time.monotonic() if arrival is None else arrival
         options = options.defaulted(self.decoding.beam_size, self.decoding.length_penalty)
         terms = {**self.glossary, **(options.glossary or {})}
-        first = replace(options, alternatives=0, glossary=terms or None)
+        first = replace(options, alternatives=0, glossary=terms or None, alignments=False)
         middle = await self.first.translate(texts, first, gone, arrival)
         kept = tuple(dict.fromkeys((*options.keep, *terms.values())))
-        second = replace(options, glossary=None, keep=kept)
+        second = replace(options, glossary=None, keep=kept, alignments=False)  # its source is the middle text
         out = await self.second.translate([m.text for m in middle], second, gone, arrival)
         if not options.details:
             return out

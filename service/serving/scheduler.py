@@ -21,7 +21,7 @@ import itertools
 import logging
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Protocol, cast
@@ -85,9 +85,9 @@ class StepStats:
     batch_tokens: int  # padded source tokens held by the batch
     encode_seconds: float
     decode_seconds: float
-    generated_tokens: int
     queue_depth: int
-    queue_waits: list[float] = field(default_factory=list)  # seconds each admitted text waited
+    queue_waits: list[tuple[str, float]] = field(default_factory=list)  # each admitted text's pair, seconds waited
+    pair_rows: dict[str, int] = field(default_factory=dict)  # ``rows`` by the pair of their texts
 
 
 @dataclass
@@ -97,6 +97,7 @@ class _Entry:
     future: asyncio.Future[DecodeResult]
     deadline: float  # time.monotonic()
     enqueued: float
+    pair: str = ""  # the label its texts count under (service/metrics.py)
     large: bool = False  # of a large request: joins round robin, never into the batch's small share
     failed: bool = False  # the decoding thread has failed it (the future learns it on the event loop)
 
@@ -169,6 +170,21 @@ class Scheduler:
     def active_sequences(self) -> int:
         return self.decoder.num_rows
 
+    def queued_by_pair(self) -> Counter[str]:
+        """:attr:`queue_depth` by pair, read off the decoding thread: each container is copied in one call, which
+        the GIL does not interrupt, so a text moving between two of them may count twice or not at all."""
+        waiting = [*list(self._queue), *list(self._ready)]
+        for group in [*list(self._incoming), *list(self._large)]:
+            waiting += list(group)
+        return Counter(e.pair for e in waiting)
+
+    def rows_by_pair(self) -> Counter[str]:
+        """:attr:`active_sequences` by pair, read off the decoding thread (the rows of the texts decoding)."""
+        rows: Counter[str] = Counter()
+        for e in list(self._active.values()):
+            rows[e.pair] += e.rows
+        return rows
+
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._thread = threading.Thread(target=self._run, name="attnserve-decode", daemon=True)
@@ -188,10 +204,10 @@ class Scheduler:
             _settle(entry.future, DeadlineExceeded("the server is shutting down"))
 
     def submit_many(
-        self, requests: list[DecodeRequest], timeout: float, arrival: float | None = None
+        self, requests: list[DecodeRequest], timeout: float, arrival: float | None = None, pair: str = ""
     ) -> list[asyncio.Future[DecodeResult]]:
         """Queue texts all together or not at all (on the event loop); their deadline is ``timeout`` seconds after
-        ``arrival`` (``time.monotonic()``; default now).
+        ``arrival`` (``time.monotonic()``; default now); :class:`StepStats` counts them under ``pair``.
 
         Raises:
             TooLarge: more texts than the queue holds (``queue_size``): they could never be queued.
@@ -209,7 +225,7 @@ class Scheduler:
         now = time.monotonic()
         deadline = (now if arrival is None else arrival) + timeout
         large = not self._small(requests)
-        entries = [_Entry(next(self._ids), r, loop.create_future(), deadline, now, large) for r in requests]
+        entries = [_Entry(next(self._ids), r, loop.create_future(), deadline, now, pair, large) for r in requests]
         if large:
             self._large_queued += len(entries)
             self._incoming.append(deque(entries))
@@ -392,6 +408,7 @@ class Scheduler:
         for e in admitted:
             self._active[e.key] = e
         rows = self.decoder.num_rows
+        pair_rows = self.rows_by_pair()
         batch_tokens = self.decoder.source_tokens()
         self._settle_finished()
         done, decode_seconds = self.decoder.step()
@@ -403,9 +420,9 @@ class Scheduler:
             batch_tokens=batch_tokens,
             encode_seconds=encode_seconds,
             decode_seconds=decode_seconds,
-            generated_tokens=rows,  # one token per row and step, every beam hypothesis counted
             queue_depth=self.queue_depth,
-            queue_waits=[now - e.enqueued for e in admitted],
+            queue_waits=[(e.pair, now - e.enqueued) for e in admitted],
+            pair_rows=dict(pair_rows),
         )
 
 

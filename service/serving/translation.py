@@ -11,6 +11,7 @@ import numpy.typing as npt
 
 from service.errors import InvalidText
 from service.runtime.bundle import unencodable
+from service.serving.alignment import Alignable
 
 KINDS = ("encoder", "decoder", "cross")
 Gone = Callable[[], Awaitable[bool]]  # whether the caller went away (Starlette's Request.is_disconnected)
@@ -28,6 +29,7 @@ class Options:
         details: add tokens, scores and a cross-attention alignment to each translation.
         glossary: source term → target term, enforced where a term occurs (service/text/).
         keep: terms copied verbatim.
+        alignments: give each translation the cross-attention its word alignments are read from.
     """
 
     beam_size: int | None = None
@@ -37,6 +39,7 @@ class Options:
     details: bool = False
     glossary: Mapping[str, str] | None = None
     keep: tuple[str, ...] = ()
+    alignments: bool = False
 
     def defaulted(self, beam_size: int | None, length_penalty: float | None) -> Options:
         """These options with an unset ``beam_size`` or ``length_penalty`` set to the one given (None: left unset)."""
@@ -86,13 +89,15 @@ class Hop:
 
 @dataclass(frozen=True, slots=True)
 class Translation:
-    """One text's translation, its alternatives (texts that read differently, best first) and, if asked, details;
-    through a pivot language, its ``hops`` in order (each with its own details) and no details of its own."""
+    """One text's translation, its alternatives (texts that read differently, best first) and, if asked, details
+    and what its word alignments are read from (``alignable``); through a pivot language, its ``hops`` in order (each
+    with its own details) and neither details nor alignments of its own."""
 
     text: str
     alternatives: list[str]
     details: Details | None
     hops: tuple[Hop, ...] = ()
+    alignable: Alignable | None = None
 
 
 @dataclass(frozen=True)
@@ -131,12 +136,14 @@ class AttentionResult:
         heads: the heads returned (the same for every kind and segment).
         layers: per kind, in the order asked, the layers returned.
         segments: in the text's order.
+        alignable: what its word alignments are read from, if asked.
     """
 
     text: str
     heads: list[int]
     layers: dict[str, list[int]]
     segments: list[SegmentAttention]
+    alignable: Alignable | None = None
 
 
 def check_unicode(texts: Sequence[str]) -> None:

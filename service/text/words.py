@@ -4,7 +4,8 @@ Spaced languages: whitespace-separated words, with a run of punctuation at eithe
 ("(hello)," is "(", "hello", "),"), so a word matches its bare form. Unspaced languages (ja, zh, th, ...): the
 segmenter of the ``words`` extra where it is installed (MeCab with UniDic Lite for Japanese through fugashi, jieba for
 Chinese, PyThaiNLP's newmm for Thai), else runs of one script ("東京タワーで" is "東京", "タワー", "で"). Whitespace
-is never part of a word; the spans are in order and do not overlap.
+is never part of a word; the spans are in order and do not overlap. A protected span without whitespace
+(service/text/spans.py: "%s", "{0}", a URL, an e-mail address, a number) is one word in every language.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import logging
 import re
 import unicodedata
 from collections.abc import Callable, Iterator
+
+from service.text.spans import SPANS
 
 Segmenter = Callable[[str], list[str]]
 
@@ -30,12 +33,25 @@ def words(text: str, lang: str) -> list[tuple[int, int]]:
         lang: its language code ("en", "ja", "zh-Hant", ...); only the part before "-" counts.
     """
     code = lang.split("-")[0].lower()
+    out: list[tuple[int, int]] = []
+    at = 0
+    for m in SPANS.finditer(text):
+        if any(c.isspace() for c in m.group()):
+            continue
+        out += _plain_words(text, at, m.start(), code)
+        out.append((m.start(), m.end()))
+        at = m.end()
+    return out + _plain_words(text, at, len(text), code)
+
+
+def _plain_words(text: str, start: int, end: int, code: str) -> list[tuple[int, int]]:
+    """The words of ``text[start:end]``, a stretch without protected spans."""
     if code not in UNSPACED:
-        return [word for m in TOKEN.finditer(text) for word in _split_edges(text, m.start(), m.end())]
+        return [word for m in TOKEN.finditer(text, start, end) for word in _split_edges(text, m.start(), m.end())]
+    part = text[start:end]
     segment = _segmenter(code)
-    if segment is None:
-        return list(_script_runs(text))
-    return _locate(text, segment(text))
+    found = list(_script_runs(part)) if segment is None else _locate(part, segment(part)) if part.strip() else []
+    return [(start + a, start + b) for a, b in found]
 
 
 def segmenter_name(lang: str) -> str:

@@ -14,7 +14,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "deploy" / "grafana" / "dashboards" / "attnserve.json"
 # Grafana variables in the dashboard's queries and what the tests put in their place.
-DASHBOARD_VARIABLES = {"$__rate_interval": "1m", "$instance": ".*"}
+DASHBOARD_VARIABLES = {"$__rate_interval": "1m", "$instance": ".*", "$pair": ".*"}
 # Metrics a server exports only while a bundle runs on CUDA (service/metrics.py): on the CPU their panels are empty.
 CUDA_ONLY = ("attnserve_gpu_memory_bytes",)
 

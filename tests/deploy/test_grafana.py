@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import yaml
@@ -43,3 +44,19 @@ def test_every_query_is_valid_promql(tmp_path: Path) -> None:
     path = tmp_path / "dashboard_rules.yml"
     path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
     run_tool("promtool", "check", "rules", str(path))
+
+
+def test_every_per_pair_metric_is_shown_by_the_chosen_pairs() -> None:
+    """A ``pair`` variable (All: every pair, and "" for refusals before routing), and every query of a metric that
+    carries ``pair`` keeps to the chosen ones."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert variables["pair"]["includeAll"] and variables["pair"]["allValue"] == ".*"
+    assert "attnserve_queue_capacity" in variables["pair"]["definition"]
+    per_pair = ("queue_depth", "active_sequences", "queue_capacity", "queue_wait", "batch_size", "generated_tokens",
+                "rejected_total", "model_load", "request_duration")  # fmt: skip
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    shown = [e for e in exprs if any(f"attnserve_{name}" in e for name in per_pair)]
+    assert shown and all('pair=~"$pair"' in e for e in shown), shown
+    by_pair = [name for name in per_pair if name != "batch_size"]  # a heatmap of the chosen pairs' steps
+    assert all(any(re.search(rf"by \([^)]*pair[^)]*\) \(\w*\(?attnserve_{name}", e) for e in shown) for name in by_pair)

@@ -22,6 +22,7 @@ METRICS = [
     "attnserve_generated_tokens_total",
     "attnserve_queue_depth",
     "attnserve_active_sequences",
+    "attnserve_queue_capacity",
     "attnserve_rejected_total",
     "attnserve_model_info",
     "attnserve_pairs",

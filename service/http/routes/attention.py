@@ -11,10 +11,12 @@ from typing import Any
 import orjson
 from fastapi import APIRouter, Request, Response
 
+from service.http.alignments import links_json, rule
 from service.http.arrays import Encoding, encode
 from service.http.body import parse_body
 from service.http.errors import EmptyText
 from service.http.limits import check_options
+from service.http.middleware import count_under
 from service.http.openapi import ERRORS, request_body
 from service.http.schemas import AttentionRequest, AttentionResponse
 from service.http.state import state_of
@@ -44,14 +46,20 @@ async def attention(request: Request) -> Response:
     if source == "auto":
         source = state.models.detect_sources([body.q], body.target)[0].language
     route = state.models.route(source, body.target)
+    count_under(request, route.pair)
     options = Options(
-        beam_size=body.beam_size, max_length=body.max_length, glossary=body.glossary, keep=tuple(body.keep or ())
+        beam_size=body.beam_size,
+        max_length=body.max_length,
+        glossary=body.glossary,
+        keep=tuple(body.keep or ()),
+        alignments=body.alignments,
     )
     check_options(state.settings, options)
     filters = Filters(body.kinds, body.layers, body.heads)
     result = await route.attention(body.q, options, filters, body.target_text, request.is_disconnected, arrival)
+    links = links_json(result.alignable, rule(body.alignment_layer, body.alignment_heads))
     gzipped = "gzip" in request.headers.get("accept-encoding", "")
-    content = await asyncio.to_thread(render, result, body.encoding, gzipped)  # megabytes: off the event loop
+    content = await asyncio.to_thread(render, result, body.encoding, gzipped, links)  # megabytes: off the event loop
     headers = {"Vary": "Accept-Encoding", **({"Content-Encoding": "gzip"} if gzipped else {})}
     return Response(content, media_type="application/json", headers=headers)
 
@@ -96,7 +104,12 @@ def _weights(s: SegmentAttention, encoding: Encoding) -> dict[str, Any]:
     return {kind: encode(weights, encoding) for kind, weights in s.weights.items()}
 
 
-def render(result: AttentionResult, encoding: Encoding, gzipped: bool) -> bytes:
-    """The response's bytes (gzip-compressed when the client accepts it)."""
-    content = orjson.dumps(answer(result, encoding), option=orjson.OPT_SERIALIZE_NUMPY)
+def render(
+    result: AttentionResult, encoding: Encoding, gzipped: bool, alignments: list[dict[str, list[int]]] | None = None
+) -> bytes:
+    """The response's bytes (gzip-compressed when the client accepts it), with the word alignments if asked."""
+    body = answer(result, encoding)
+    if alignments is not None:
+        body["alignments"] = alignments
+    content = orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
     return gzip.compress(content, GZIP_LEVEL, mtime=0) if gzipped else content

@@ -4,6 +4,8 @@ kept for download until it expires (service/http/files.py), as LibreTranslate an
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -14,6 +16,7 @@ from service.errors import TooLarge
 from service.formats import accepted, format_for
 from service.formats.base import Translate, batched
 from service.http.errors import InvalidField, MalformedBody, UnsupportedFormat
+from service.http.middleware import count_under
 from service.http.openapi import ERRORS
 from service.http.schemas import TranslateFileResponse
 from service.http.state import state_of
@@ -67,6 +70,30 @@ def route_translator(route: Route, size: int) -> Translate:
     return batched(call, size)
 
 
+class Charged:
+    """A file's translator that charges the client for the texts it is given before any is decoded: the file
+    counts one request, and its texts' characters toward ``chars_per_request`` and ``chars_per_minute``.
+
+    Args:
+        translate: the translator.
+        charge: (requests, characters) → None, or raises the refusal (:meth:`Admission.charge`).
+    """
+
+    def __init__(self, translate: Translate, charge: Callable[[int, int], None]) -> None:
+        self.translate, self.charge, self.requests = translate, charge, 1
+
+    async def __call__(self, texts: list[str]) -> list[str | None]:
+        self.charge(self.requests, sum(len(t) for t in texts))
+        self.requests = 0
+        return await self.translate(texts)
+
+    def settle(self) -> None:
+        """Charge the one request of a file that had nothing to translate."""
+        if self.requests:
+            self.charge(self.requests, 0)
+            self.requests = 0
+
+
 @router.post("/translate_file", response_model=TranslateFileResponse, responses=ERRORS, openapi_extra=UPLOAD)
 async def translate_file(request: Request) -> JSONResponse:
     """Translate a file (LibreTranslate-compatible); the answer says where to download the translation."""
@@ -86,7 +113,7 @@ async def translate_upload(request: Request, form: FormData) -> JSONResponse:
         value = form.get(name)
         return value if isinstance(value, str) and value else request.query_params.get(name)
 
-    state.admission.check(request, field("api_key"), "")  # a file is one request; its texts are not known yet
+    client = state.admission.client(request, field("api_key"))  # charged once its texts are known
     upload = form.get("file")
     if not isinstance(upload, UploadFile) or not upload.filename:
         raise InvalidField("file: missing; send the file as a multipart part named 'file', with its file name")
@@ -97,13 +124,16 @@ async def translate_upload(request: Request, form: FormData) -> JSONResponse:
     if not target:
         raise InvalidField("target: missing; send the target language code, as GET /languages lists it")
     route = state.models.route(field("source") or "auto", target)
+    count_under(request, route.pair)
     data = await upload.read(settings.max_file_bytes + 1)
     if len(data) > settings.max_file_bytes:
         limit = settings.max_file_bytes
         raise TooLarge(f"file: over the limit max_file_bytes={limit}", "max_file_bytes", limit)
     if not data:
         raise InvalidField("file: it is empty")
-    translated = await file_format.translate(data, route_translator(route, settings.max_texts), target)
+    translator = Charged(route_translator(route, settings.max_texts), partial(state.admission.charge, client))
+    translated = await file_format.translate(data, translator, target)
+    translator.settle()
     name = await asyncio.to_thread(state.files.save, translated, upload.filename)
     return JSONResponse({"translatedFileUrl": str(request.url_for("download_file", name=name))})
 

@@ -10,8 +10,10 @@ from fastapi import APIRouter, Request
 
 from service.formats.base import Translate
 from service.formats.html import translate_html
+from service.http.alignments import links_json, rule
 from service.http.lean import LeanRoute, OrjsonResponse, json_body
 from service.http.limits import check_options, check_texts
+from service.http.middleware import count_under
 from service.http.openapi import ERRORS, request_body
 from service.http.schemas import TranslateRequest, TranslateResponse
 from service.http.state import state_of
@@ -38,6 +40,8 @@ async def translate(request: Request) -> OrjsonResponse:
     models = state.models
     models.served()  # 503 while loading, whatever the source
     route = None if body.source == "auto" else models.route(body.source, body.target)  # auto: per text, below
+    if route is not None:
+        count_under(request, route.pair)
     texts = [body.q] if isinstance(body.q, str) else body.q
     check_texts(state.settings, texts)
     if route is None:
@@ -50,6 +54,7 @@ async def translate(request: Request) -> OrjsonResponse:
         details=body.return_details,
         glossary=body.glossary,
         keep=tuple(body.keep or ()),
+        alignments=body.alignments,
     )
     check_options(state.settings, options)
     detected: list[Detection] | None = None
@@ -58,6 +63,7 @@ async def translate(request: Request) -> OrjsonResponse:
     elif route is None:
         gone = request.is_disconnected
         translations, detected = await models.translate_auto(texts, body.target, options, gone, arrival)
+        count_under(request, (detected[0].language, body.target))
     else:
         translations = await route.translate(texts, options, request.is_disconnected, arrival)
     return OrjsonResponse(answer(body, translations, detected))  # already TranslateResponse's: no second validation
@@ -73,10 +79,12 @@ async def translate_pages(
     if body.source == "auto":
         detected = state.models.detect_sources(pages, body.target)
         sources = [d.language for d in detected]
-    plain = replace(options, alternatives=0, details=False)
+    plain = replace(options, alternatives=0, details=False, alignments=False)
     translations = []
     for page, source in zip(pages, sources, strict=True):
-        units = html_translator(state.models.route(source, body.target), plain, state.settings.max_texts, arrival)
+        route = state.models.route(source, body.target)
+        count_under(request, route.pair)
+        units = html_translator(route, plain, state.settings.max_texts, arrival)
         translations.append(Translation(await translate_html(page, units), [], None))
     return translations, detected
 
@@ -108,6 +116,10 @@ def answer(body: TranslateRequest, translations: list[Translation], detected: li
     if body.return_details:
         details = [translation_details(t) for t in translations]
         out["details"] = details[0] if one else details
+    if body.alignments:
+        chosen = rule(body.alignment_layer, body.alignment_heads)
+        links = [links_json(t.alignable, chosen) for t in translations]
+        out["alignments"] = links[0] if one else links
     return out
 
 

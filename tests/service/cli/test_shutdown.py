@@ -39,7 +39,7 @@ FORCED_STEPS = 23  # the target text's tokens with </s>
 
 def in_flight(server: ServeProcess) -> int:
     text = httpx.get(server.url + "/metrics", timeout=5).text
-    found = re.findall(r"^attnserve_(?:active_sequences|queue_depth) (\S+)$", text, re.M)
+    found = re.findall(r"^attnserve_(?:active_sequences|queue_depth)\{[^}]*\} (\S+)$", text, re.M)
     return int(sum(float(v) for v in found))
 
 

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from service.runtime.bundle import sha256
+from service.serving.budget import MiB
 from service.serving.catalog import disk_bytes
 from service.settings import Settings
 from tests.service.conftest import Server, ServerFactory
@@ -65,9 +66,11 @@ def test_pairs_load_on_first_use_and_the_least_recently_used_unloads_under_the_b
         text = c.get("/metrics").text
     assert metric(text, 'attnserve_pairs{state="loaded"}') == 2
     assert metric(text, 'attnserve_pairs{state="unloaded"}') == 1
-    assert metric(text, "attnserve_model_loads_total") == 4
-    assert metric(text, "attnserve_model_unloads_total") == 2
-    assert metric(text, "attnserve_model_load_seconds_count") == 4
+    assert metric(text, 'attnserve_model_loads_total{pair="en-ja"}') == 2
+    assert metric(text, 'attnserve_model_loads_total{pair="ja-en"}') == 1
+    assert metric(text, 'attnserve_model_unloads_total{pair="en-ja"}') == 1
+    assert metric(text, 'attnserve_model_unloads_total{pair="ja-en"}') == 1
+    assert metric(text, 'attnserve_model_load_seconds_count{pair="en-de"}') == 1
     assert 'attnserve_model_info{name="tiny-ja-en"' not in text and 'attnserve_model_info{name="tiny-en-ja"' in text
 
 
@@ -75,3 +78,12 @@ def test_by_default_every_bundle_is_loaded_before_ready(make_server: ServerFacto
     with make_server().client() as c:
         assert c.get("/readyz").json() == {"status": "ready", "models": ["tiny-en-ja"], "loaded": ["tiny-en-ja"]}
         assert metric(c.get("/metrics").text, 'attnserve_pairs{state="loaded"}') == 1
+
+
+def test_every_bundle_shares_the_process_memory_budget_and_cache(tiny_bundle: Path, tmp_path: Path) -> None:
+    bundles = [tiny_bundle, pair_bundle(tiny_bundle, tmp_path, "en", "de")]
+    with Server(Settings(bundles=bundles, memory_budget_mb=64, cache_mb=2)) as server:
+        registry = server.app.state.attnserve.pairs
+        ja, de = registry.engines()
+        assert ja.budget is de.budget and ja.budget.capacity == 64 * MiB
+        assert ja.cache is de.cache and ja.cache is not None and ja.cache.capacity == 2 * MiB

@@ -140,4 +140,4 @@ def test_pair_errors_have_their_status(error: Exception, status: int, reason: st
     assert response.json() == {"error": str(error)}
     assert ("Retry-After" in response.headers) == (status == 503)
     if reason is not None:
-        assert metrics.rejected.labels(reason)._value.get() == 1
+        assert metrics.rejected.labels(reason, "")._value.get() == 1

@@ -153,9 +153,35 @@ def test_per_key_limits_on_a_server(make_server: ServerFactory, tmp_path: Path) 
 
         assert post("wrong")[0] == 403
         metrics = c.get("/metrics").text
-    rejected = {ln.split('"')[1]: float(ln.split()[-1]) for ln in metrics.splitlines() if "rejected_total{" in ln}
+    rejected = {ln.split('reason="')[1].split('"')[0]: float(ln.split()[-1]) for ln in metrics.splitlines()
+                if 'rejected_total{pair=""' in ln}  # fmt: skip
     assert rejected["rate_limited"] == 2 and rejected["key_limited"] == 3 and rejected["auth"] == 1
     assert not any(key in metrics for key in limits)
+
+
+def test_a_file_counts_one_request_and_the_characters_it_translates(make_server: ServerFactory, tmp_path: Path) -> None:
+    path = tmp_path / "keys.json"
+    limits = {
+        "key-chars": {"chars_per_minute": 30},
+        "key-short": {"chars_per_request": 10},
+        "key-one": {"requests_per_minute": 1},
+    }
+    path.write_text(json.dumps(limits))
+    server = make_server(api_keys_file=path)
+    with server.client() as c:
+
+        def upload(key: str, text: str) -> int:
+            form = {"target": "ja", "api_key": key}
+            return c.post("/translate_file", files={"file": ("a.txt", text.encode())}, data=form).status_code
+
+        assert upload("key-chars", "Open the file\n\n  Save it\n") == 200  # 13 + 7 characters translated
+        assert c.post("/translate", json={**OK, "q": "Open the file", "api_key": "key-chars"}).status_code == 429
+        assert c.post("/translate", json={**OK, "q": "Open", "api_key": "key-chars"}).status_code == 200
+        assert upload("key-chars", "x" * 31) == 413  # over the minute's characters alone
+        assert upload("key-short", "Open the file") == 413
+        assert upload("key-short", "Open it") == 200
+        assert upload("key-one", "\n \n") == 200  # nothing to translate: still one request
+        assert upload("key-one", "Open it") == 429
 
 
 def test_the_keys_file_changes_without_a_restart(make_server: ServerFactory, tmp_path: Path) -> None:

@@ -118,7 +118,7 @@ def test_deadlines_close_idle_and_slow_connections(serve: Any) -> None:
     with server.client() as c:
         assert c.post("/translate", json={"q": "Open file", "source": "en", "target": "ja"}).status_code == 200
         metrics = c.get("/metrics").text
-    assert 'attnserve_rejected_total{reason="slow_body"} 5.0' in metrics
+    assert 'attnserve_rejected_total{pair="",reason="slow_body"} 5.0' in metrics
     assert 'attnserve_requests_total{endpoint="translate",status="408"} 5.0' in metrics
 
 
@@ -141,12 +141,12 @@ def test_a_request_head_over_max_header_bytes_gets_431(serve: Any) -> None:
 
     assert asyncio.run(send_head(16384)).startswith(b"HTTP/1.1 200 ")
     with server.client() as c:
-        assert 'attnserve_rejected_total{reason="header_too_large"} 0.0' in c.get("/metrics").text
+        assert 'attnserve_rejected_total{pair="",reason="header_too_large"} 0.0' in c.get("/metrics").text
     head, body = asyncio.run(send_head(1_000_000)).split(b"\r\n\r\n", 1)
     assert head.startswith(b"HTTP/1.1 431 ")
     assert json.loads(body) == {"error": "the request line and headers are over max_header_bytes=32768"}
     with server.client() as c:
-        assert 'attnserve_rejected_total{reason="header_too_large"} 1.0' in c.get("/metrics").text
+        assert 'attnserve_rejected_total{pair="",reason="header_too_large"} 1.0' in c.get("/metrics").text
 
 
 def test_a_body_in_time_is_unaffected(serve: Any) -> None:

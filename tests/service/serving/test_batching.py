@@ -47,9 +47,9 @@ def batch_size_sum_and_count(server: Server) -> tuple[float, float]:
         text = c.get("/metrics").text
     values = {}
     for line in text.splitlines():
-        if line.startswith(("attnserve_batch_size_sum", "attnserve_batch_size_count")):
+        if line.startswith(('attnserve_batch_size_sum{pair="en-ja"}', 'attnserve_batch_size_count{pair="en-ja"}')):
             name, value = line.split()
-            values[name] = float(value)
+            values[name.split("{")[0]] = float(value)
     return values["attnserve_batch_size_sum"], values["attnserve_batch_size_count"]
 
 

@@ -84,7 +84,7 @@ def test_work_the_deadline_cannot_hold_is_refused_before_queueing() -> None:
             with pytest.raises(TooLarge, match=r"may generate 240 tokens.*decode_rate=100.*limit is 200") as e:
                 await engine.translate(["a b c"] * 10, Options(beam_size=2, max_length=12))
             assert (e.value.field, e.value.limit) == ("decode_rate", 200)
-            assert engine.queue_depth == 0
+            assert not engine.queued_by_pair()
             assert len(await engine.translate(["a b c"] * 10, Options(max_length=12))) == 10  # 120 tokens: served
         finally:
             await engine.stop()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,8 @@ from service.errors import NoSuchIndex, TooLarge, UnknownPair
 from service.http import errors
 from service.runtime.bundle import ModelSpec, load_bundle
 from service.runtime.runner import Runner as OnnxRunner
-from service.serving.engine import Engine, Runners
+from service.serving.budget import BudgetFull, MiB
+from service.serving.engine import Engine, Pooled, Runners
 from service.serving.translation import Filters, Options, Translation, distinct
 from service.settings import Settings
 from tests.service.fake_runner import SPEC, CountingRunner, expected
@@ -77,6 +79,34 @@ def test_each_target_opens_its_sources_with_its_prefix() -> None:
     assert [e.pair for e in engine.for_targets()] == [("en", "es"), ("en", "pt")]
     with pytest.raises(UnknownPair, match="not de"):
         engine.for_target("de")
+
+
+def test_the_engines_of_a_process_share_one_memory_budget_and_one_cache() -> None:
+    """memory_budget_mb and cache_mb bound the process, not each bundle: a hold on one engine's budget makes another
+    bundle's request wait, and both bundles' translations fill one cache (each under its own engine's key)."""
+    settings = Settings(max_wait_ms=1, cache_mb=1, memory_budget_mb=16, request_timeout_s=0.2)
+    pooled = Pooled.of(settings)
+    ja, de = (Engine(Bundle(name=f"fake-en-{t}", targets={t: []}), settings, Runners(Runner(), Runner()), pooled=pooled)  # type: ignore[arg-type]
+              for t in ("ja", "de"))  # fmt: skip
+    assert ja.budget is de.budget and ja.budget.capacity == 16 * MiB
+    assert ja.cache is de.cache and ja.cache is not None and ja.cache.capacity == 1 * MiB
+
+    async def served() -> None:
+        await ja.start()
+        await de.start()
+        try:
+            first = await ja.translate(["Open the file"], Options())
+            assert await ja.translate(["Open the file"], Options()) == first  # from the cache
+            await de.translate(["Open the file"], Options())  # the same text, another engine: decoded, not ja's
+            assert ja.cache is not None and (len(ja.cache), ja.cache.hits, ja.cache.misses) == (2, 1, 2)
+            async with ja.budget.hold(ja.budget.capacity, time.monotonic() + 5):
+                with pytest.raises(BudgetFull):
+                    await de.translate(["Settings"], Options())
+        finally:
+            await ja.stop()
+            await de.stop()
+
+    asyncio.run(served())
 
 
 def test_translate_through_the_schedulers_equals_decoding_now() -> None:

@@ -59,14 +59,14 @@ async def use(r: PairRegistry[str], pair: tuple[str, str]) -> str:
 
 def test_a_pair_loads_on_first_use_only(bundles: list[Bundle]) -> None:
     loads, seconds = Loads(), []
-    r = registry(bundles, loads, hooks=Hooks(loaded=seconds.append))
+    r = registry(bundles, loads, hooks=Hooks(loaded=lambda pairs, s: seconds.append((pairs, s))))
 
     async def run() -> list[str]:
         assert r.pair_states() == {"loaded": 0, "loading": 0, "unloaded": 3}
         return [await use(r, ("ja", "en")), await use(r, ("ja", "en"))]
 
     assert asyncio.run(run()) == ["tiny-ja-en", "tiny-ja-en"]
-    assert loads.loaded == ["tiny-ja-en"] and len(seconds) == 1
+    assert loads.loaded == ["tiny-ja-en"] and [pairs for pairs, _ in seconds] == [[("ja", "en")]]
     assert r.pair_states() == {"loaded": 1, "loading": 0, "unloaded": 2}
     assert r.pairs == PAIRS
 
@@ -89,7 +89,7 @@ def test_concurrent_first_requests_load_once(bundles: list[Bundle]) -> None:
 
 def test_the_least_recently_used_idle_bundle_is_unloaded_under_the_bound(bundles: list[Bundle]) -> None:
     loads, unloads = Loads(), []
-    r = registry(bundles, loads, fit=2, hooks=Hooks(unloaded=lambda: unloads.append(1)))
+    r = registry(bundles, loads, fit=2, hooks=Hooks(unloaded=unloads.append))
 
     async def run() -> None:
         await use(r, ("en", "ja"))
@@ -99,7 +99,7 @@ def test_the_least_recently_used_idle_bundle_is_unloaded_under_the_bound(bundles
         await asyncio.sleep(0)  # the unload's task
 
     asyncio.run(run())
-    assert loads.unloaded == ["tiny-ja-en"] and unloads == [1]
+    assert loads.unloaded == ["tiny-ja-en"] and unloads == [[("ja", "en")]]
     assert [b.name for b in r.loaded()] == ["tiny-en-ja", "tiny-en-de"]
 
 

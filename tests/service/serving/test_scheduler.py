@@ -337,3 +337,29 @@ def test_a_scheduler_stopped_mid_batch_tells_the_saturation_policy_its_rows_are_
 
     asyncio.run(go())
     assert any(heard) and heard[-1] == 0  # a stopped loop holds no rows: SCHED_BATCH does not outlive it
+
+
+def test_texts_count_under_the_pair_they_were_submitted_under() -> None:
+    """Two pairs share one scheduler (a multi-target bundle): the queue, the rows and each step's stats by pair add
+    up to the totals."""
+    stats: list[StepStats] = []
+    scheduler = Scheduler(BatchDecoder(CountingRunner()), max_batch_size=4, max_wait_ms=1, on_step=stats.append)  # type: ignore[arg-type]
+    de = [DecodeRequest(src=[i + 2, 3, 0], max_length=10, beam_size=2) for i in range(3)]
+    fr = [DecodeRequest(src=[i + 5, 3, 3, 0], max_length=10) for i in range(5)]
+
+    async def go() -> list:
+        futures = scheduler.submit_many(de, 10, pair="en-de") + scheduler.submit_many(fr, 10, pair="en-fr")
+        assert scheduler.queued_by_pair() == {"en-de": 3, "en-fr": 5}  # not started: all queued
+        assert scheduler.queue_depth == 8 and scheduler.rows_by_pair() == {}
+        await scheduler.start()
+        try:
+            return await asyncio.gather(*futures)
+        finally:
+            await scheduler.stop()
+
+    asyncio.run(go())
+    assert scheduler.queued_by_pair() == {} and scheduler.rows_by_pair() == {}
+    assert all(sum(s.pair_rows.values()) == s.rows for s in stats)
+    assert {p for s in stats for p in s.pair_rows} == {"en-de", "en-fr"}
+    waits = [p for s in stats for p, _ in s.queue_waits]
+    assert sorted(waits) == ["en-de"] * 3 + ["en-fr"] * 5

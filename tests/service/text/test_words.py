@@ -100,3 +100,10 @@ def test_without_a_segmenter_words_are_runs_of_one_script(monkeypatch: pytest.Mo
 
 def test_a_segmenter_that_drops_or_changes_text_falls_back_for_those_characters() -> None:
     assert module._locate("abc 東京xyz", ["abc", "京都", "xyz"]) == [(0, 3), (4, 6), (6, 9)]
+
+
+@pytest.mark.parametrize("lang", ["en", "ja", "lo"])
+def test_a_protected_span_without_whitespace_is_one_word(lang: str) -> None:
+    text = "Open %s at https://example.com/a, {0} or a@b.co 3.5"
+    assert {"%s", "https://example.com/a", "{0}", "a@b.co", "3.5"} <= set(surfaces(text, lang))
+    assert "," in surfaces(text, lang)  # the comma after the URL is not part of it

@@ -330,3 +330,16 @@ def test_a_forced_target_has_no_span_path(mangling: TestClient) -> None:
 
 def test_the_schema_names_every_path() -> None:
     assert get_args(SpanPath) == PATHS
+
+
+def test_attention_gives_the_alignments_translate_gives(server: Server) -> None:
+    body = {"q": "Could not open %s: permission denied", "source": "en", "target": "ja", "alignments": True}
+    with server.client() as c:
+        attention = c.post("/attention", json={**body, "kinds": ["cross"], "layers": [0]}).json()
+        translation = c.post("/translate", json=body).json()
+        bad = c.post("/attention", json={**body, "alignment_heads": [99]})
+        without = c.post("/attention", json={**body, "alignments": False}).json()
+    assert attention["translatedText"] == translation["translatedText"]
+    assert attention["alignments"] == translation["alignments"] and attention["alignments"]
+    assert bad.status_code == 422 and "alignment_heads" in bad.json()["error"]
+    assert "alignments" not in without

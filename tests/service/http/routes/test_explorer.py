@@ -306,3 +306,36 @@ def test_the_issue_example_shows_one_segment_and_no_line_break_token(
     assert cols == [label(t) for t in body["source_tokens"]] and "<0x0A>" not in body["source_tokens"]
     assert not any("<0x" in t for t in cols + rows)
     assert ex.errors == []
+
+
+def test_the_alignment_view_links_the_words_the_api_aligns(open_page: Callable[..., Explorer], server: Server) -> None:
+    ex = open_page(DESKTOP)
+    page = ex.page
+    text = "Open the selected file\nSave %s now"
+    status, body = translate(page, text)
+    assert status == 200 and ex.posted[-1]["alignments"] is True
+    links = body["alignments"]
+    assert links
+    with server.client() as c:
+        translated = c.post("/translate", json={"q": text, "source": "en", "target": "ja", "alignments": True}).json()
+    assert links == translated["alignments"]
+    shown = {(w.get_attribute("data-side"), w.text_content()) for w in page.locator("#links-view .word").all()}
+    assert shown == {("source", text[slice(*link["source"])]) for link in links} | {
+        ("target", body["translatedText"][slice(*link["target"])]) for link in links
+    }
+    assert page.locator("#links line").count() == len(links)
+    page.click("#links-box summary")
+    assert page.locator("#links-table td").count() == 2 * len(links)
+    first = links[0]
+    word = page.locator(f'#source-words .word[data-start="{first["source"][0]}"]')
+    word.hover()
+    lit = page.locator("#links line.on").count()
+    assert lit == sum(link["source"] == first["source"] for link in links)
+    assert page.locator(f'#target-words .word.on[data-start="{first["target"][0]}"]').count() == 1
+    page.mouse.move(0, 0)
+    assert page.locator("#links line.on").count() == 0
+    page.locator("#target-words .word").first.focus()  # the keyboard reaches the words too
+    assert page.locator("#links line.on").count() >= 1
+    page.screenshot(path=ARTIFACTS / "explorer-alignment.png")
+    assert ex.errors == []
+    assert ex.outside() == []

@@ -71,7 +71,7 @@ def test_a_caller_that_went_away_frees_its_rows(make_server: ServerFactory) -> N
         """Rows being decoded and texts queued: between two texts no row is active, but the queue is not empty."""
         with server.client() as c:
             lines = c.get("/metrics").text.splitlines()
-        gauges = ("attnserve_active_sequences ", "attnserve_queue_depth ")
+        gauges = ("attnserve_active_sequences{", "attnserve_queue_depth{")
         return sum(float(ln.split()[1]) for ln in lines if ln.startswith(gauges))
 
     with pytest.raises(httpx.ReadTimeout), server.client(timeout=0.3) as c:
@@ -90,3 +90,31 @@ def test_a_caller_that_went_away_frees_its_rows(make_server: ServerFactory) -> N
 def test_translate_is_503_while_the_models_load(loading_server: Server, source: str, form: str) -> None:
     with loading_server.client() as c:
         assert_loading(c.post("/translate", json={**OK, "source": source, "format": form}))
+
+
+def test_alignments_are_word_spans_of_the_text_and_its_translation(server: Server) -> None:
+    body = {"source": "en", "target": "ja", "alignments": True}
+    with server.client() as c:
+        one = c.post("/translate", json={**body, "q": TEXTS[3]}).json()
+        many = c.post("/translate", json={**body, "q": TEXTS}).json()
+        chosen = c.post("/translate", json={**body, "q": TEXTS[3], "alignment_layer": 0, "alignment_heads": [1]})
+        plain = c.post("/translate", json={"q": TEXTS[3], "source": "en", "target": "ja"}).json()
+        page = c.post("/translate", json={**body, "q": "<p>Open file</p>", "format": "html"}).json()
+    assert "alignments" not in plain and page["alignments"] is None
+    assert many["alignments"][3] == one["alignments"] and len(many["alignments"]) == len(TEXTS)
+    assert chosen.status_code == 200 and isinstance(chosen.json()["alignments"], list)
+    translation = one["translatedText"]
+    assert one["alignments"]
+    for link in one["alignments"]:
+        (a, b), (c_, d) = link["source"], link["target"]
+        assert 0 <= a < b <= len(TEXTS[3]) and 0 <= c_ < d <= len(translation)
+        assert TEXTS[3][a:b].strip() == TEXTS[3][a:b] and translation[c_:d].strip() == translation[c_:d]
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"), [({"alignment_layer": 5}, "alignment_layer 5"), ({"alignment_heads": [9]}, "alignment_heads")]
+)
+def test_an_alignment_layer_or_head_the_model_lacks_is_a_422(server: Server, extra: dict, named: str) -> None:
+    with server.client() as c:
+        r = c.post("/translate", json={**OK, "alignments": True, **extra})
+    assert r.status_code == 422 and named in r.json()["error"]

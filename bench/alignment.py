@@ -68,7 +68,7 @@ def copied_cases(engine: Engine, data: list[tuple[str, str]], n: int) -> list[Ca
         if not items:
             continue
         try:
-            result = engine.attention_now(source, Options(), Filters(kinds=["cross"]), target_text=target)
+            (result,) = engine.attention_now([source], Options(), Filters(kinds=["cross"]), [target])
         except ServiceError:  # a reference laid out otherwise than its source
             continue
         segments = [

@@ -183,7 +183,7 @@ def prepare(
     Raises:
         service.runtime.bundle.BundleError: the bundle is missing or corrupted.
     """
-    from model.export import ADD_VARIANT
+    from model.export.quantize import ADD_VARIANT
     from model.importers.marian import export_marian
     from service.runtime.bundle import load_bundle, sha256
 

@@ -33,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from model.data import read_pairs
 from model.evaluate import decode_tokens, scores
-from model.export import export_bundle, export_from_bundle
+from model.export.bundle import export_bundle
+from model.export.reexport import export_from_bundle
 from model.export.store import stored_float16
 from model.transformer import Transformer, TransformerConfig
 from service.decoding import DecodeRequest, decode

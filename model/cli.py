@@ -92,7 +92,9 @@ def build_parser() -> argparse.ArgumentParser:  # long: one declaration per subc
 
 def export(args: argparse.Namespace) -> Path:
     """``attnserve export``: a checkpoint or a bundle (its variants kept) to a bundle, with the variants asked for."""
-    from model.export import ADD_VARIANT, export_checkpoint, export_from_bundle
+    from model.export.bundle import export_checkpoint
+    from model.export.quantize import ADD_VARIANT
+    from model.export.reexport import export_from_bundle
 
     float16 = None if args.store == "auto" else args.store == "float16"
     if args.source.is_dir():

@@ -12,7 +12,8 @@ from typing import Any
 
 import torch
 
-from model.export import add_int8, export_bundle
+from model.export.bundle import export_bundle
+from model.export.quantize import add_int8
 from model.tokenizer import train_sentencepiece
 from model.transformer import Transformer, TransformerConfig, make_model
 from tests.conftest import FIXTURES, TINY, TINY_INT8

@@ -2,60 +2,26 @@
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import logging
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from model.export.build import export_device_decoder, export_fast_decoder, export_forced_decoder, export_graphs
-from model.export.check import check_device_decoder, check_forced_decoder, check_graphs
+from model.export.build import export_device_decoder, export_forced_decoder, state_weights
+from model.export.builder.write import DEVICE, FORCED, write_bundle, write_manifest
+from model.export.check import check_device_decoder, check_fast_decoder, check_forced_decoder, check_graphs
 from model.export.forms import (
     DEVICE_DECODER,
-    EXACT_DECODER,
-    EXACT_ENCODER,
     FORCED_DECODER,
-    fast_decoder_form,
     with_graph_forms,
 )
 from model.export.store import WEIGHTS, add_weights, store_weights_once, stored_float16
-from model.export.weights import graph_weights, load_model, load_state_dict, weight_aliases
+from model.export.weights import load_model, load_state_dict
 from model.transformer import Transformer, TransformerConfig
-from service.runtime.bundle import FORMAT, sha256
 
 log = logging.getLogger(__name__)
-
-FORCED = "decoder.forced.onnx"
-DEVICE = "decoder.device.onnx"
-
-
-def write_manifest(bundle_dir: Path, manifest: dict[str, Any]) -> None:
-    """Write manifest.json with the sha256 of every other file in the bundle; a derived graph (the manifest's
-    ``derived``) that is not there keeps the sha256 the manifest gives it."""
-    files = sorted(p for p in bundle_dir.iterdir() if p.is_file() and p.name != "manifest.json")
-    absent = set(manifest.get("derived", {})) - {p.name for p in files}
-    kept = {name: h for name, h in manifest.get("sha256", {}).items() if name in absent}
-    manifest = {**manifest, "sha256": dict(sorted({**kept, **{p.name: sha256(p) for p in files}}.items()))}
-    (bundle_dir / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
-
-
-def copy_tokenizer(tokenizer: dict[str, Path], vocab: dict[str, int] | None, bundle_dir: Path) -> dict[str, Any]:
-    """Copy the SentencePiece models (one ``spm.model`` for a joint model) and the vocabulary, if any, into
-    ``bundle_dir``; return the manifest's ``tokenizer`` entry."""
-    tok: dict[str, Any] = {"kind": "sentencepiece", "vocab": None}
-    for role in ("source", "target"):
-        src = tokenizer[role]
-        dest = "spm.model" if tokenizer["source"] == tokenizer["target"] else f"{role}.spm"
-        shutil.copyfile(src, bundle_dir / dest)
-        tok[role] = dest
-    if vocab is not None:
-        (bundle_dir / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False, indent=0) + "\n")
-        tok["vocab"] = "vocab.json"
-    return tok
 
 
 def check_weights_read_back(model: Transformer, bundle_dir: Path) -> None:
@@ -66,89 +32,29 @@ def check_weights_read_back(model: Transformer, bundle_dir: Path) -> None:
             raise ValueError(f"weight {key} does not read back exactly from the graphs")
 
 
-def export_bundle(
-    model: Transformer,
-    out_dir: Path,
-    *,
-    name: str,
-    source_lang: str,
-    target_lang: str,
-    tokenizer: dict[str, Path],
-    vocab: dict[str, int] | None = None,
-    tokenizer_fields: dict[str, Any] | None = None,
-    scores: list[dict[str, Any]] | None = None,
-    provenance: dict[str, Any] | None = None,
-    languages: dict[str, Any] | None = None,
-    float16: bool = False,
-    force: bool = False,
-) -> Path:
-    """Export ``model`` and its tokenizer to a bundle directory.
-
-    Args:
-        model: the PyTorch model; put in eval mode.
-        out_dir: the bundle directory; must not exist (or be empty) unless ``force``.
-        tokenizer: ``{"source": spm_path, "target": spm_path}`` — one path twice for a joint model.
-        vocab: piece -> id map when the model's ids are not the SentencePiece ids (Marian), else None.
-        tokenizer_fields: more keys of the manifest's ``tokenizer`` entry (``source_prefix``, ``source_suffix``).
-        scores, provenance: recorded in the manifest as they are.
-        languages: more of the manifest's language entries, as they are: ``model_languages`` (the model's own
-            codes) and, for a model with several targets, ``targets`` (each served code with its source prefix).
-        float16: store the weights as float16 (:mod:`~model.export.store`); every weight must be a float16 value.
-        force: replace an existing bundle.
+def export_bundle(model: Transformer, out_dir: Path, *, variants: tuple[str, ...] = (), **fields: Any) -> Path:
+    """Export ``model`` and its tokenizer to a bundle directory: the builder's bundle of its weights
+    (:func:`~model.export.builder.write.write_bundle`, which takes ``fields``: name, languages, tokenizer, float16,
+    force, ...), every graph checked against PyTorch and the weights read back exactly before it is renamed into
+    place.
 
     Raises:
         FileExistsError: ``out_dir`` holds files and ``force`` is false.
         ValueError: ONNX Runtime disagrees with PyTorch, or the weights cannot be read back exactly.
     """
-    if out_dir.exists() and any(out_dir.iterdir()) and not force:
-        raise FileExistsError(f"{out_dir} exists; pass --force to replace it")
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out_dir.parent, prefix=f".{out_dir.name}.") as tmp_name:
-        tmp = Path(tmp_name) / out_dir.name  # made by mkdir, so it has the mode of any new directory, not 0700
-        tmp.mkdir()
-        export_graphs(model, tmp)
-        worst_fast = export_fast_decoder(model, tmp / "decoder.fast.onnx")
-        worst_fast = max(
-            worst_fast, export_forced_decoder(model, tmp / FORCED), export_device_decoder(model, tmp / DEVICE)
+    model = model.eval()
+
+    def check(staged: Path) -> None:
+        worst = max(
+            check_graphs(model, staged),
+            check_fast_decoder(model, staged / "decoder.fast.onnx", greedy=True),
+            check_forced_decoder(model, staged / FORCED),
+            check_device_decoder(model, staged / DEVICE),
         )
-        graphs = {"encoder": "encoder.onnx", "decoder": "decoder.onnx", "fast_decoder": "decoder.fast.onnx",
-                  "forced_decoder": FORCED, "device_decoder": DEVICE}  # fmt: skip
-        tok = copy_tokenizer(tokenizer, vocab, tmp) | (tokenizer_fields or {})
-        manifest = {
-            "format": FORMAT,
-            "name": name,
-            "source_lang": source_lang,
-            "target_lang": target_lang,
-            **(languages or {}),
-            "model": model.config.to_dict(),
-            "tokenizer": tok,
-            "graphs": graphs,
-            "graph_forms": {
-                "encoder.onnx": EXACT_ENCODER.to_manifest(),
-                "decoder.onnx": EXACT_DECODER.to_manifest(),
-                "decoder.fast.onnx": fast_decoder_form(greedy=True).to_manifest(),
-                FORCED: FORCED_DECODER.to_manifest(),
-                DEVICE: DEVICE_DECODER.to_manifest(),
-            },
-            "weights": {
-                "source": "float32 graph initializers named as the PyTorch state dict (model/export)",
-                "stored": f"{WEIGHTS}: every graph's initializers of 1 KiB or more, each distinct tensor once"
-                + (", as float16 behind a Cast to float32" if float16 else ""),
-                "aliases": weight_aliases(model, graph_weights(tmp, graphs)),
-            },
-            "scores": scores or [],
-            "provenance": {"exported": _dt.date.today().isoformat(), **(provenance or {})},
-        }
-        store_weights_once(tmp, list(graphs.values()), float16=float16)
-        write_manifest(tmp, manifest)
-        worst = check_graphs(model, tmp)
-        check_weights_read_back(model, tmp)
-        log.info("ONNX Runtime matches PyTorch within %.2g (fast, forced and device decoders %.2g); weights read back "
-                 "exactly", worst, worst_fast)  # fmt: skip
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        tmp.rename(out_dir)
-    return out_dir
+        check_weights_read_back(model, staged)
+        log.info("ONNX Runtime matches PyTorch within %.2g; weights read back exactly", worst)
+
+    return write_bundle(model.config, state_weights(model), out_dir, variants=variants, check=check, **fields)
 
 
 def add_forced(bundle_dir: Path) -> int:

@@ -11,7 +11,6 @@ from torch import Tensor
 
 from model.export.examples import decoder_feed, device_example, example_inputs, fast_example, forced_example
 from model.export.graphs import DecoderGraph, EncoderGraph
-from model.export.kernels import kernel_session
 from model.export.names import (
     ENCODER_INPUTS,
     FORCED_OUTPUTS,
@@ -23,6 +22,7 @@ from model.export.names import (
     forced_inputs,
 )
 from model.transformer import Transformer
+from service.runtime.kernels import kernel_session
 
 TOLERANCE = 1e-4
 # float16 keeps 11 significant bits: attention scores of tens round by hundredths and move a softmax weight by a few
@@ -74,6 +74,17 @@ def check_graphs(
         compare(encoder_outputs(L), enc_ort, enc_pt, tolerance),
         compare(decoder_outputs(L), dec_ort, dec_pt, tolerance),
     )
+
+
+def check_fast_encoder(model: Transformer, path: Path, tolerance: float = TOLERANCE) -> float:
+    """Run the fast encoder at ``path`` on a padded batch with two texts packed in a row and compare its cross keys
+    and values with PyTorch's exact encoder, within ``tolerance``. Returns the largest difference seen."""
+    outputs = encoder_outputs(model.config.n_decoder_layers, fast=True)
+    feed = example_inputs(model.config, seed=1)["encoder"]
+    got = kernel_session(path).run(outputs, feed)
+    with torch.no_grad():
+        _, *want = EncoderGraph(model)(*(torch.from_numpy(feed[k]) for k in ENCODER_INPUTS))
+    return compare(outputs, got, want, tolerance)
 
 
 def check_fast_decoder(model: Transformer, path: Path, greedy: bool, tolerance: float = TOLERANCE) -> float:

@@ -11,7 +11,7 @@ import onnx
 import onnxruntime as ort
 
 from model.export.build import export_device_decoder, export_fast_decoder, export_fast_encoder
-from model.export.bundle import write_manifest
+from model.export.builder.write import DEVICE_FLOAT16, INT8_HOW, INT8_SOURCES, write_manifest
 from model.export.check import FLOAT16_TOLERANCE, check_graphs
 from model.export.forms import (
     DEVICE_DECODER,
@@ -26,11 +26,6 @@ from model.export.weights import load_model
 from service.runtime.derive import derive_missing
 
 log = logging.getLogger(__name__)
-
-
-INT8_SOURCES = {"encoder": "encoder.fast.onnx", "decoder": "decoder.fast.logits.onnx"}  # shipped; int8 derived
-INT8_HOW = {"encoder": "int8-encoder", "decoder": "int8-decoder"}  # service.runtime.derive.DERIVE
-DEVICE_FLOAT16 = "decoder.device.float16.onnx"  # the float16 variant's device decoder
 
 
 def add_int8(bundle_dir: Path) -> None:

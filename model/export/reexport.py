@@ -15,7 +15,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from model.export.bundle import export_bundle, round_to_float16, write_manifest
+from model.export.builder.write import write_manifest
+from model.export.bundle import export_bundle, round_to_float16
 from model.export.quantize import ADD_VARIANT
 from model.export.store import stored_float16
 from model.export.weights import load_model

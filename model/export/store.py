@@ -9,7 +9,9 @@ it loads the graph, so the weights and every computation stay float32 and the fi
 from __future__ import annotations
 
 import hashlib
+import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -33,14 +35,13 @@ def _external(tensor: TensorProto, offset: int, length: int) -> None:
         entry.key, entry.value = key, value
 
 
-def _as_float16(graph: onnx.ModelProto, tensor: TensorProto, array: np.ndarray) -> np.ndarray:
+def _cast(graph: onnx.ModelProto, tensor: TensorProto) -> None:
     """Store a float32 initializer as float16 behind a Cast of the same name, first in the graph."""
     name = tensor.name
     tensor.name = name + FLOAT16_SUFFIX
     tensor.data_type = TensorProto.FLOAT16
     cast = helper.make_node("Cast", [tensor.name], [name], name=f"cast{FLOAT16_SUFFIX}.{name}", to=TensorProto.FLOAT)
     graph.graph.node.insert(0, cast)
-    return array.astype(np.float16)
 
 
 def stored_float16(graph_path: Path) -> bool:
@@ -66,10 +67,10 @@ def store_weights_once(bundle_dir: Path, names: list[str], float16: bool = False
         ValueError: ``float16`` and a weight that float16 does not hold exactly.
     """
     graphs = [onnx.load(str(bundle_dir / name)) for name in names]  # external data read in, so WEIGHTS can go
-    offsets: dict[bytes, int] = {}
+    offsets: dict[Any, Any] = {}
     data = bytearray()
     for graph in graphs:
-        _store(graph, data, offsets, float16)
+        store_tensors(graph, data, offsets, float16)
     (bundle_dir / WEIGHTS).write_bytes(bytes(data))
     for name, graph in zip(names, graphs, strict=True):
         onnx.save(graph, str(bundle_dir / name))
@@ -89,7 +90,7 @@ def add_weights(bundle_dir: Path, names: list[str], float16: bool = False) -> in
         ValueError: ``float16`` and a weight that float16 does not hold exactly.
     """
     data = bytearray((bundle_dir / WEIGHTS).read_bytes())
-    offsets: dict[bytes, int] = {}
+    offsets: dict[Any, Any] = {}
     for path in sorted(set(bundle_dir.glob("*.onnx")) - {bundle_dir / name for name in names}):
         for tensor in onnx.load(str(path), load_external_data=False).graph.initializer:
             where = {entry.key: entry.value for entry in tensor.external_data}
@@ -98,32 +99,43 @@ def add_weights(bundle_dir: Path, names: list[str], float16: bool = False) -> in
                 offsets.setdefault(hashlib.sha256(data[offset : offset + length]).digest(), offset)
     for name in names:
         graph = onnx.load(str(bundle_dir / name))
-        _store(graph, data, offsets, float16)
+        store_tensors(graph, data, offsets, float16)
         onnx.save(graph, str(bundle_dir / name))
     (bundle_dir / WEIGHTS).write_bytes(bytes(data))
     return len(data)
 
 
-def _store(graph: onnx.ModelProto, data: bytearray, offsets: dict[bytes, int], float16: bool) -> None:
+def store_tensors(graph: onnx.ModelProto, data: bytearray, offsets: dict[Any, Any], float16: bool) -> None:
     """Point ``graph``'s initializers of INLINE_BELOW bytes or more (float16 behind casts, with ``float16``) into
-    ``data``, the WEIGHTS file being written: at the offset of the same content (``offsets``, content hash ->
-    offset), or appended and added to ``offsets``."""
+    ``data``, the WEIGHTS file being written: at the offset of the same content, or appended. ``offsets`` maps each
+    content hash to its offset, and each (name, type, shape) seen to its content hash: within one bundle a name holds
+    one tensor, so a weight that another graph stored is neither read nor hashed again."""
     for tensor in graph.graph.initializer:
-        array = numpy_helper.to_array(tensor)
-        if array.nbytes < INLINE_BELOW:
+        size = helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize * math.prod(tensor.dims)
+        if size < INLINE_BELOW:
             continue
-        if float16 and array.dtype == np.float32:
-            half = _as_float16(graph, tensor, array)
-            if not np.array_equal(half.astype(np.float32), array):
-                raise ValueError(f"{tensor.name}: float16 does not hold these weights exactly; round them first")
-            array = half
-        raw = array.tobytes()
-        key = hashlib.sha256(raw).digest()
-        if key not in offsets:
-            align = PAGE if len(raw) >= PAGE_FROM else ALIGN
-            data.extend(b"\0" * (-len(data) % align))
-            offsets[key] = len(data)
-            data.extend(raw)
+        to_half = float16 and tensor.data_type == TensorProto.FLOAT
+        length = size // 2 if to_half else size
+        named = (tensor.name, tensor.data_type, tuple(tensor.dims), to_half)
+        if named in offsets:
+            if to_half:
+                _cast(graph, tensor)
+        else:
+            array = numpy_helper.to_array(tensor)
+            if to_half:
+                _cast(graph, tensor)
+                half = array.astype(np.float16)
+                if not np.array_equal(half.astype(np.float32), array):
+                    raise ValueError(f"{named[0]}: float16 does not hold these weights exactly; round them first")
+                array = half
+            raw = array.tobytes()
+            key = hashlib.sha256(raw).digest()
+            offsets[named] = key
+            if key not in offsets:
+                align = PAGE if len(raw) >= PAGE_FROM else ALIGN
+                data.extend(b"\0" * (-len(data) % align))
+                offsets[key] = len(data)
+                data.extend(raw)
         for field in ("float_data", "int32_data", "int64_data", "double_data", "uint64_data"):
             tensor.ClearField(field)
-        _external(tensor, offsets[key], len(raw))
+        _external(tensor, offsets[offsets[named]], length)

@@ -21,13 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
-from model.export import add_int8, export_bundle
+from model.config import TransformerConfig
+from model.export.builder.write import write_bundle
 from model.importers.ct2_transformer import map_transformer, transformer_config
 from model.importers.ctranslate2 import read_model_bin
 from model.importers.safe_zip import extract
-from model.transformer import Transformer
 
 log = logging.getLogger(__name__)
 
@@ -178,9 +177,10 @@ def prefix_ids(prefix: str, tokens: list[str], eos_id: int) -> list[int]:
 
 def build_model(
     folder: Path, target_prefix: str = ""
-) -> tuple[Transformer, list[str], dict[str, list[int]], dict[str, Any]]:
-    """The package's model as ours, its vocabulary (the pad token appended), the tokenizer entry's affixes
-    (``source_prefix``, ``source_suffix``, ``target_prefix``) and provenance.
+) -> tuple[TransformerConfig, dict[str, np.ndarray], list[str], dict[str, list[int]], dict[str, Any]]:
+    """The package's model as ours (its config and state-dict weights, numpy), its vocabulary (the pad token
+    appended), the tokenizer entry's affixes (``source_prefix``, ``source_suffix``, ``target_prefix``) and
+    provenance.
 
     Raises:
         PackageError, ModelBinError, UnsupportedModel: as their messages say.
@@ -197,13 +197,12 @@ def build_model(
     mapped = map_transformer(model_bin, layer_norm_eps(config))
     if mapped.vocab_size != len(tokens):
         raise PackageError(f"the vocabulary has {len(tokens)} tokens, model.bin's embeddings {mapped.vocab_size}")
-    model = Transformer(transformer_config(mapped, ids))
-    model.load_state_dict({k: torch.tensor(np.ascontiguousarray(v)) for k, v in mapped.state.items()})
     pad = next(p for p in ("<pad>", "<attnserve-pad>", "<attnserve-pad-0>") if p not in set(tokens))
     dtypes = sorted({v.dtype for v in model_bin.variables.values() if v.shape})
     provenance = {"ctranslate2": {"binary_version": model_bin.version, "spec": model_bin.spec,
                                   "revision": model_bin.revision, "weights": dtypes}}  # fmt: skip
-    return model.eval(), [*tokens, pad], affixes, provenance
+    weights = {k: np.ascontiguousarray(v, np.float32) for k, v in mapped.state.items()}
+    return transformer_config(mapped, ids), weights, [*tokens, pad], affixes, provenance
 
 
 def unpacked(package: Path, work: Path) -> Path:
@@ -239,10 +238,11 @@ def import_argos(package: Path, out_dir: Path, *, name: str | None = None, force
         meta = read_metadata(folder)
         if not (folder / "sentencepiece.model").is_file():
             raise PackageError("the package has no sentencepiece.model")
-        model, tokens, affixes, provenance = build_model(folder, meta.target_prefix)
+        config, weights, tokens, affixes, provenance = build_model(folder, meta.target_prefix)
         spm = folder / "sentencepiece.model"
-        bundle = export_bundle(
-            model,
+        return write_bundle(
+            config,
+            weights,
             out_dir,
             name=name or out_dir.name,
             source_lang=meta.from_code,
@@ -255,7 +255,6 @@ def import_argos(package: Path, out_dir: Path, *, name: str | None = None, force
                 "command": f"attnserve import-argos {package} {out_dir}",
                 **provenance,
             },
+            variants=("int8",),
             force=force,
         )
-        add_int8(bundle)
-        return bundle

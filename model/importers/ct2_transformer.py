@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from model.config import TransformerConfig
 from model.importers.ctranslate2 import ModelBin, ModelBinError
-from model.transformer import TransformerConfig
 
 SPEC = "TransformerSpec"
 MAX_REVISION = 7

@@ -10,19 +10,19 @@ load.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import shutil
 from pathlib import Path
 from typing import Any
 
-import torch
-from torch import Tensor
+import numpy as np
 
-from model.export import export_bundle, load_state_dict
+from model.config import TransformerConfig
+from model.export.builder.write import write_bundle
 from model.importers.layout import Specials, languages, special_ids, stored_dtype
-from model.importers.smoke import check_bundle, check_tied
-from model.transformer import Transformer, TransformerConfig
+from model.importers.marian_weights import check_tied, read_hf_weights
 
 log = logging.getLogger(__name__)
 
@@ -174,8 +174,6 @@ def import_marian(
         ValueError: a layout the model cannot hold, codes that name no language, untied weights, or a bundle
             whose output differs from the checkpoint's.
     """
-    from transformers import MarianMTModel
-
     hf = json.loads((hf_dir / "config.json").read_text())
     vocab = json.loads((hf_dir / "vocab.json").read_text())
     tok_config_path = hf_dir / "tokenizer_config.json"
@@ -183,16 +181,14 @@ def import_marian(
     config = config_from_hf(hf, special_ids(hf, vocab, tok_config))
     langs = languages(hf_dir, vocab, tok_config, source_lang=source_lang, target_lang=target_lang, targets=targets)
     float16 = (stored_dtype(hf_dir, hf) if store == "auto" else store) == "float16"
-    hf_model = MarianMTModel.from_pretrained(hf_dir, dtype=torch.float32, attn_implementation="eager").eval()
-    check_tied(hf_model)
-    model = Transformer(config)
-    model.load_state_dict(our_state(model, hf_model.state_dict(), float16))
+    weights = our_weights(config, read_hf_weights(hf_dir), float16)
     manifest_languages: dict[str, Any] = {"model_languages": langs.to_manifest()}
     if langs.targets:
         manifest_languages["targets"] = [t.to_manifest() for t in langs.targets]
     command = " ".join(["attnserve import-marian", str(hf_dir), str(out_dir)])
-    bundle = export_bundle(
-        model.eval(),
+    bundle = write_bundle(
+        config,
+        weights,
         out_dir,
         name=name or out_dir.name,
         source_lang=langs.source,
@@ -204,19 +200,47 @@ def import_marian(
         provenance={"imported_from": str(hf_dir), "command": command},
         force=force,
     )
-    if check:
+    if check and importlib.util.find_spec("transformers") is None:
+        log.warning("transformers is not installed: the bundle is not compared with the checkpoint (--no-check)")
+    elif check:
+        import torch
+        from transformers import MarianMTModel
+
+        from model.importers.smoke import check_bundle
+
+        hf_model = MarianMTModel.from_pretrained(hf_dir, dtype=torch.float32, attn_implementation="eager").eval()
         check_bundle(bundle, hf_model, hf_dir)
         log.info("the bundle's greedy output is transformers' on the check sentences")
     return bundle
 
 
-def our_state(model: Transformer, hf_state: dict[str, Tensor], float16: bool) -> dict[str, Tensor]:
+def our_keys(c: TransformerConfig) -> list[str]:
+    """The state-dict keys of a Marian model that the graphs read (tied embeddings: the source embedding's)."""
+    keys = ["src_embed.lut.weight", "generator.final_logits_bias"]
+    for stack, table, n in (("encoder_layers", ENCODER_LAYER, c.n_encoder_layers),
+                            ("decoder_layers", DECODER_LAYER, c.n_decoder_layers)):  # fmt: skip
+        for i in range(n):
+            for ours in table:
+                parts = [f"{ours}.{p}" for p in ATTENTION] if "attn" in ours else [ours]
+                keys += [f"{stack}.{i}.{part}.{param}" for part in parts for param in ("weight", "bias")]
+    return keys
+
+
+def our_weights(c: TransformerConfig, hf: dict[str, np.ndarray], float16: bool) -> dict[str, np.ndarray]:
     """MarianMTModel's weights under our names and shapes; rounded through float16 when stored so (exact for a
-    checkpoint stored in float16)."""
-    state: dict[str, Tensor] = {}
-    for key, value in model.state_dict().items():
-        hf_value = hf_state[hf_name(key)].reshape(value.shape)  # final_logits_bias is (1, V) in Marian
-        state[key] = hf_value.half().float() if float16 else hf_value
+    checkpoint stored in float16).
+
+    Raises:
+        ValueError: untied embeddings (:func:`~model.importers.marian_weights.check_tied`), or a weight missing.
+    """
+    shared = check_tied(hf)
+    state: dict[str, np.ndarray] = {}
+    for key in our_keys(c):
+        name = hf_name(key)
+        if name not in hf and key != "src_embed.lut.weight":
+            raise ValueError(f"the checkpoint has no {name}")
+        value = shared if key == "src_embed.lut.weight" else hf[name].reshape(-1) if "final_logits" in key else hf[name]
+        state[key] = value.astype(np.float16).astype(np.float32) if float16 else value
     return state
 
 
@@ -228,6 +252,8 @@ def export_marian(bundle_dir: Path, out_dir: Path, *, force: bool = False) -> Pa
 
     if out_dir.exists() and any(out_dir.iterdir()) and not force:
         raise FileExistsError(f"{out_dir} exists; pass --force to replace it")
+    from model.export.weights import load_state_dict
+
     manifest = json.loads((bundle_dir / "manifest.json").read_text())
     config, state = load_state_dict(bundle_dir)
     hf_model = MarianMTModel(MarianConfig(**config_to_hf(config)))

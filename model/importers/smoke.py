@@ -1,5 +1,5 @@
 """The import smoke check: an imported bundle's greedy output on a few sentences must be transformers' ``generate``
-on the source checkpoint, token for token; and the checkpoint's tied weights must be tied."""
+on the source checkpoint, token for token."""
 
 from __future__ import annotations
 
@@ -10,26 +10,6 @@ import torch
 
 SENTENCES = ["Open file", "The file could not be saved.", "Do you want to delete the selected items?", "Settings"]
 MAX_NEW_TOKENS = 32
-
-
-def check_tied(hf_model: Any) -> None:
-    """The output projection and both embeddings must be one matrix, as Marian trains them.
-
-    Raises:
-        ValueError: naming the weight that differs (checkpoints broken upstream, transformers #26216).
-    """
-    shared = hf_model.model.shared.weight
-    others = {
-        "lm_head.weight": hf_model.lm_head.weight,
-        "model.encoder.embed_tokens.weight": hf_model.model.encoder.embed_tokens.weight,
-        "model.decoder.embed_tokens.weight": hf_model.model.decoder.embed_tokens.weight,
-    }
-    for name, weight in others.items():
-        if weight.shape != shared.shape or not torch.equal(weight, shared):
-            raise ValueError(
-                f"{name} differs from model.shared.weight: the checkpoint's tied weights are not tied (broken "
-                "upstream, see transformers #26216); fix or re-download the checkpoint"
-            )
 
 
 def hf_greedy(hf_model: Any, hf_dir: Path, texts: list[str], max_new_tokens: int) -> list[list[int]]:

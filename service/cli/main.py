@@ -1,5 +1,5 @@
-"""``attnserve``: the service's subcommands (serve, translate, attention); the model's are handed to model/cli.py
-only when called, so a service-only install (no torch) runs ``attnserve serve``."""
+"""``attnserve``: the service's subcommands (serve, translate, attention, translate-po, derive, models); the
+model's are handed to model/cli.py only when called, so a service-only install (no torch) runs ``attnserve serve``."""
 
 from __future__ import annotations
 
@@ -10,14 +10,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
-
+from service.cli import attention as attention_cli
 from service.cli import derive as derive_cli
 from service.cli import models as models_cli
 from service.cli import translate_po
 
 if TYPE_CHECKING:
-    from service.serving.translation import AttentionResult
     from service.settings import Settings
 
 MODEL_COMMANDS = (
@@ -39,18 +37,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default=None, help="listen address (default ATTNSERVE_HOST or 127.0.0.1)")
     p.add_argument("--port", type=int, default=None, help="port (default ATTNSERVE_PORT or 8000)")
 
-    for name, text in (("translate", "translate texts locally, no server"), ("attention", "attention summary")):
-        p = sub.add_parser(name, help=text)
-        p.add_argument("text", nargs="+" if name == "translate" else None)
-        p.add_argument(
-            "--bundle", type=Path, default=None, help="bundle directory (default: the first bundle serving --target)"
-        )
-        p.add_argument("--beam-size", type=int, default=None, help="default: the settings' default_beam_size")
-        p.add_argument("--target", default=None, help="target language (default: the first bundle's first)")
-        if name == "attention":
-            p.add_argument("--target-text", default=None, help="force-decode this translation")
-        else:
-            p.add_argument("--json", action="store_true", help="print the texts as a JSON list")
+    p = sub.add_parser("translate", help="translate texts locally, no server")
+    p.add_argument("text", nargs="+")
+    p.add_argument(
+        "--bundle", type=Path, default=None, help="bundle directory (default: the first bundle serving --target)"
+    )
+    p.add_argument("--beam-size", type=int, default=None, help="default: the settings' default_beam_size")
+    p.add_argument("--target", default=None, help="target language (default: the first bundle's first)")
+    p.add_argument("--json", action="store_true", help="print the texts as a JSON list")
+    attention_cli.add_parser(sub)
     translate_po.add_parser(sub)
     derive_cli.add_parser(sub)
     models_cli.add_parser(sub)
@@ -125,38 +120,15 @@ def local(args: argparse.Namespace, settings: Settings) -> int:
     from service.runtime.bundle import BundleError
     from service.serving.catalog import bundle_for
     from service.serving.engine import Engine
-    from service.serving.translation import Filters, Options
+    from service.serving.translation import Options
 
     try:
         engine = Engine.load(bundle_for(settings.bundle_paths(), target=args.target), settings, args.target)
-        options = Options(beam_size=args.beam_size)
-        if args.command == "translate":
-            texts = [t.text for t in engine.translate_now(args.text, options)]
-            print(json.dumps(texts, ensure_ascii=False) if args.json else "\n".join(texts))
-            return 0
-        print_attention(engine.attention_now(args.text, options, Filters(), args.target_text))
+        if args.command == "attention":
+            return attention_cli.main(args, engine)
+        texts = [t.text for t in engine.translate_now(args.text, Options(beam_size=args.beam_size))]
+        print(json.dumps(texts, ensure_ascii=False) if args.json else "\n".join(texts))
         return 0
     except (BundleError, ServiceError) as e:
         print(f"attnserve: {e}", file=sys.stderr)
         return 2
-
-
-def print_attention(result: AttentionResult) -> None:
-    """The translation, then per segment (a line or sentence, as /translate cuts the text) its tokens and, per layer
-    and head, the entropy (how spread the weights are) and, for cross-attention, which source token each target
-    token attends to most."""
-    print(result.text)
-    several = len(result.segments) > 1
-    for number, segment in enumerate(result.segments, 1):
-        src, tgt = segment.source_tokens, segment.target_tokens
-        if several:
-            print(f"segment {number}: characters {segment.source[0]}-{segment.source[1]}: {segment.model_input}")
-        print(f"source: {' '.join(src)}\ntarget: {' '.join(tgt)}")
-        for kind, layers in result.layers.items():
-            for layer, heads in zip(layers, segment.weights[kind], strict=True):
-                for head, a in zip(result.heads, heads, strict=True):
-                    entropy = float(-(a * np.log(np.clip(a, 1e-12, 1))).sum(-1).mean())
-                    line = f"{kind:7s} L{layer} H{head}  entropy {entropy:5.2f}"
-                    if kind == "cross":
-                        line += "  " + " ".join(f"{t}→{src[int(j)]}" for t, j in zip(tgt, a.argmax(-1), strict=True))
-                    print(line)

@@ -1,10 +1,11 @@
 """Request fields into a pydantic model, from wherever LibreTranslate's clients put them: a JSON object, a
 urlencoded or multipart form, and the query string (deep-translator sends its fields there, on a POST with an empty
-body). Fields of the body win over the query string's."""
+body). Fields of the body win over the query string's; a field the model does not have is refused by name."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl
 
@@ -41,7 +42,19 @@ async def parse_body(request: Request, model: type[M]) -> M:
     try:
         return model.model_validate({**query, **data} if query else data)
     except ValidationError as e:
-        raise InvalidField(validation_message(e.errors())) from e
+        raise InvalidField(validation_message(e.errors(), list(model.model_fields))) from e
+
+
+def check_fields(names: Iterable[str], fields: Sequence[str]) -> None:
+    """Refuse a request that names a field outside ``fields`` (a route that reads its fields itself).
+
+    Raises:
+        InvalidField: naming each unknown field, then the fields there are.
+    """
+    unknown = [n for n in dict.fromkeys(names) if n not in fields]
+    if unknown:
+        named = "; ".join(f"{n}: unknown field" for n in unknown)
+        raise InvalidField(f"invalid request: {named}; the fields are {', '.join(fields)}")
 
 
 def _fields(pairs: list[tuple[str, str]]) -> dict[str, Any]:

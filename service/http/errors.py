@@ -77,9 +77,16 @@ class KeyLimitExceeded(Exception):
         self.field, self.limit = field, limit
 
 
-def validation_message(errors: Sequence[Mapping[str, Any]]) -> str:
-    """Pydantic's errors as one line: ``invalid request: <field>: <message>; ...``."""
-    parts = [f"{'.'.join(str(x) for x in err['loc']) or 'body'}: {err['msg']}" for err in errors]
+def validation_message(errors: Sequence[Mapping[str, Any]], fields: Sequence[str] = ()) -> str:
+    """Pydantic's errors as one line: ``invalid request: <field>: <message>; ...``; a field the body may not have
+    is named as unknown, with ``fields`` (those it may have) after it."""
+    parts = [
+        f"{'.'.join(str(x) for x in err['loc']) or 'body'}: "
+        + ("unknown field" if err["type"] == "extra_forbidden" else err["msg"])
+        for err in errors
+    ]
+    if fields and any(err["type"] == "extra_forbidden" for err in errors):
+        parts.append(f"the fields are {', '.join(fields)}")
     return "invalid request: " + "; ".join(parts)
 
 

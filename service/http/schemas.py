@@ -60,11 +60,17 @@ ATTENTION_EXAMPLES: list[JsonValue] = [
 ]
 
 
+RAW = (
+    "The text goes to the model exactly as given, whole: no line or sentence split, no protected spans or numbers "
+    "masked, no glossary or keep (422 with them), format 'text' only; its SentencePiece pieces are the whole text's."
+)
+
+
 class TranslateRequest(BaseModel):
-    """LibreTranslate's /translate body, plus attnserve's optional decoding controls."""
+    """LibreTranslate's /translate body, plus attnserve's optional decoding controls; any other field is a 422."""
 
     model_config = ConfigDict(
-        extra="ignore",
+        extra="forbid",
         json_schema_extra={
             "examples": [
                 {"q": "Open file", "source": "en", "target": "ja"},
@@ -99,6 +105,10 @@ class TranslateRequest(BaseModel):
         None, description="Source term → target term: each term found in a text is in its translation as given."
     )
     keep: list[str] | None = Field(None, description="Terms copied into the translation verbatim.")
+    raw: bool = Field(False, description=RAW)
+    secret: str | None = Field(
+        None, description="What LibreTranslate's web frontend sends with its API key (its key secret); not used."
+    )
     alignments: bool = Field(
         False, description="Add word alignments: character spans of the text and of its translation (docs/API.md)."
     )
@@ -171,7 +181,7 @@ class TranslateResponse(BaseModel):
 
 class AttentionRequest(BaseModel):
     model_config = ConfigDict(
-        extra="ignore",
+        extra="forbid",
         json_schema_extra={
             "examples": [
                 {"q": "Open file", "source": "en", "target": "ja"},
@@ -179,23 +189,27 @@ class AttentionRequest(BaseModel):
                 {"q": "Settings", "source": "en", "target": "ja", "layers": [0], "heads": [0, 1]},
                 {"q": "Open %s\nSave", "source": "en", "target": "ja", "kinds": ["cross"], "layers": [0], "heads": [0]},
                 {"q": "Open %s\nSave", "source": "en", "target": "ja", "target_text": "%sを開く\n保存"},
+                {"q": ["Open file", "Settings"], "source": "en", "target": "ja", "kinds": ["cross"], "raw": True},
             ]
         },
     )
 
-    q: str = Field(
-        description="One text (not empty: 400), cut into lines and sentences and its protected spans masked as "
-        "/translate does: the translation is /translate's."
+    q: str | list[str] = Field(
+        description="A text (not empty: 400), cut into lines and sentences and its protected spans masked as "
+        "/translate does: the translation is /translate's; or a list of texts, answered by a list of answers in "
+        "the same order, each the answer its text gets alone."
     )
     source: str = "auto"
     target: str
-    target_text: str | None = Field(
+    target_text: str | list[str] | None = Field(
         None,
         description="Force-decode this translation instead of searching: the same lines with text as q (and the "
-        "same sentences on a line q's layout cuts into sentences), else 422.",
+        "same sentences on a line q's layout cuts into sentences), else 422; with a list q, a list of as many "
+        "(each forcing its text).",
     )
     glossary: dict[str, str] | None = Field(None, description="As /translate's.")
     keep: list[str] | None = Field(None, description="As /translate's.")
+    raw: bool = Field(False, description=RAW)
     layers: list[int] | None = Field(None, description="Layer indices to return (default all).")
     heads: list[int] | None = Field(None, description="Head indices to return (default all).")
     kinds: list[Kind] = Field(["encoder", "decoder", "cross"], min_length=1, description="Attention kinds.")
@@ -297,10 +311,10 @@ class TranslateFileResponse(BaseModel):
 
 
 class DetectRequest(BaseModel):
-    """LibreTranslate's /detect body."""
+    """LibreTranslate's /detect body; any other field is a 422."""
 
     model_config = ConfigDict(
-        extra="ignore",
+        extra="forbid",
         json_schema_extra={"examples": [{"q": "Datei öffnen"}, {"q": ["Open file", "ファイルを開く"]}]},
     )
 

@@ -22,14 +22,22 @@ def attention_library() -> str:
 
 
 def attention_kernels(path: Path, h: int, kernels: Kernels) -> None:
-    """Whose kernels a graph's attention nodes run, in place: attnserve's (domain ``attnserve``,
-    service/runtime/_attention.c:
-    ``Attention`` and ``CachedAttention``, as exported) or ONNX Runtime's (``com.microsoft`` MultiHeadAttention with no
-    bias, GroupQueryAttention with h key/value heads: the form that ONNX Runtime's quantizer can load, without
-    attnserve's library). Either form converts to the other; the graph imports only the domains its nodes use."""
+    """:func:`switch_kernels` of the graph at ``path``, written back in place."""
     import onnx
 
     graph = onnx.load(str(path))
+    switch_kernels(graph, h, kernels)
+    onnx.save(graph, str(path))
+
+
+def switch_kernels(graph: Any, h: int, kernels: Kernels) -> None:
+    """Whose kernels a graph's (an ``onnx.ModelProto``'s) attention nodes run, in place: attnserve's (domain
+    ``attnserve``, service/runtime/_attention.c: ``Attention`` and ``CachedAttention``, as built) or ONNX Runtime's
+    (``com.microsoft`` MultiHeadAttention with no bias, GroupQueryAttention with h key/value heads: the form that ONNX
+    Runtime's quantizer can load, without attnserve's library). Either form converts to the other; the graph imports
+    only the domains its nodes use."""
+    import onnx
+
     for node in graph.graph.node:
         if node.domain == KERNELS and node.op_type in ONNXRUNTIME:
             name = node.op_type
@@ -56,7 +64,6 @@ def attention_kernels(path: Path, h: int, kernels: Kernels) -> None:
     graph.opset_import.extend(
         [*imports, *(onnx.helper.make_opsetid(d, 1) for d in (KERNELS, "com.microsoft") if d in used)]
     )
-    onnx.save(graph, str(path))
 
 
 def kernel_session(path: Path, optimized: Path | None = None) -> Any:

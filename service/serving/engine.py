@@ -37,7 +37,7 @@ from service.serving.core_sharing import WhileSaturated
 from service.serving.explain import explaining
 from service.serving.restoring import ForcingRunner, Restored, attend, restore_spans, worst
 from service.serving.scheduler import DeadlineExceeded, Scheduler, StepStats
-from service.serving.steps import Step, carried, carried_now
+from service.serving.steps import Step, carried, carried_now, together
 from service.serving.translation import (
     AttentionResult,
     Details,
@@ -361,8 +361,8 @@ class Engine:
         to decode (and is sent their results) or a function to call off the event loop (and is sent ``[]``), and
         returns the translations."""
         self._check(texts)
-        prepared = self.text.prepare(texts, options.glossary, options.keep)
-        if prepared is None:
+        prepared = None if options.raw else self.text.prepare(texts, options.glossary, options.keep)
+        if prepared is None:  # every text decodes as it is
             requests = [self._request(t, options, self._attention_rows(options)) for t in texts]
             results = yield requests
             if options.alignments:
@@ -493,44 +493,64 @@ class Engine:
 
     async def attention(
         self,
-        text: str,
+        texts: Sequence[str],
         options: Options,
         filters: Filters,
-        target_text: str | None = None,
+        target_texts: Sequence[str | None] | None = None,
         gone: Gone | None = None,
         arrival: float | None = None,
-    ) -> AttentionResult:
-        """Translate (or force-decode ``target_text``) one text on the exact graphs, with its attention weights: the
-        text is cut into segments and its spans masked as :meth:`translate` does, so it gets the same translation.
+    ) -> list[AttentionResult]:
+        """Translate (or force-decode each text's ``target_texts`` entry, None: search) texts on the exact graphs,
+        with their attention weights: each text is cut into segments and its spans masked as :meth:`translate` does,
+        so it gets the same translation. The texts' segments decode together; each text's answer is the one it gets
+        alone.
 
         Raises:
             NoSuchIndex: a layer or head in ``filters`` that the model does not have.
-            TooLarge: the text or the target text is over a limit, or its weights over the memory budget.
-            LayoutMismatch: ``target_text`` is not laid out as the text (service/text/forced.py).
+            TooLarge: a text or a target text is over a limit, or the weights over the memory budget.
+            LayoutMismatch: a target text is not laid out as its text (service/text/forced.py).
             QueueFull, DeadlineExceeded, ClientGone: as :meth:`translate`.
         """
-        prepared, requests = self._attention_requests(text, options, filters, target_text)
+        steps, requests, size = self._explaining(texts, options, filters, target_texts)
         check_servable(requests, self.settings)  # a constrained re-decode redoes some of these, within their bounds
         deadline = (arrival or time.monotonic()) + self.settings.request_timeout_s
-        recover = target_text is None
 
         def sent(step: list[DecodeRequest]) -> Awaitable[list[DecodeResult]]:
             return self._sent(step, True, gone, deadline)
 
-        async with self.budget.hold(self._attention_bytes(prepared, requests, filters, recover), deadline):
-            spec, align = self.bundle.spec, (text, self.pair) if options.alignments else None
-            steps = explaining(self.text, self.runners.forced, spec, prepared, requests, filters, recover, align)
+        async with self.budget.hold(size, deadline):
             return await carried(steps, sent)
 
     def attention_now(
-        self, text: str, options: Options, filters: Filters, target_text: str | None = None
-    ) -> AttentionResult:
-        """:meth:`attention` without a scheduler (the command line)."""
-        prepared, requests = self._attention_requests(text, options, filters, target_text)
-        spec, recover = self.bundle.spec, target_text is None
-        align = (text, self.pair) if options.alignments else None
-        steps = explaining(self.text, self.runners.forced, spec, prepared, requests, filters, recover, align)
+        self,
+        texts: Sequence[str],
+        options: Options,
+        filters: Filters,
+        target_texts: Sequence[str | None] | None = None,
+    ) -> list[AttentionResult]:
+        """:meth:`attention` without a scheduler (the command line): the texts' segments decode together."""
+        steps, _, _ = self._explaining(texts, options, filters, target_texts)
         return carried_now(steps, partial(self._decode_now, exact=True))
+
+    def _explaining(
+        self,
+        texts: Sequence[str],
+        options: Options,
+        filters: Filters,
+        target_texts: Sequence[str | None] | None,
+    ) -> tuple[Generator[Step, list[DecodeResult], list[AttentionResult]], list[DecodeRequest], int]:
+        """The texts' /attention work as one step generator (service/serving/steps.py's ``together``), every
+        request of their first decode, and the bytes they hold (:meth:`_attention_bytes`)."""
+        spec, forced = self.bundle.spec, self.runners.forced
+        answers, everything, size = [], [], 0
+        for text, target in zip(texts, target_texts or [None] * len(texts), strict=True):
+            prepared, requests = self._attention_requests(text, options, filters, target)
+            recover = target is None
+            align = (text, self.pair) if options.alignments else None
+            answers.append(explaining(self.text, forced, spec, prepared, requests, filters, recover, align))
+            everything += requests
+            size += self._attention_bytes(prepared, requests, filters, recover)
+        return together(answers), everything, size
 
     def _attention_bytes(
         self, prepared: Prepared, requests: list[DecodeRequest], filters: Filters, recover: bool
@@ -694,10 +714,10 @@ class Engine:
         if bad:
             raise NoSuchIndex(f"heads {bad} do not exist: the model has heads 0..{spec.h - 1}")
         self._check([text])
-        prepared = self.text.segmented(text, options.glossary, options.keep)
+        prepared = self.text.segmented(text, options.glossary, options.keep, options.raw)
         targets: list[str | None] = [None] * len(prepared.segments)
         if target_text is not None:
             self._check_target(target_text)
-            targets = list(forced_targets(prepared, target_text, self.target))
+            targets = [target_text] if options.raw else list(forced_targets(prepared, target_text, self.target))
         segments = zip(prepared.segments, targets, strict=True)
         return prepared, [self._request(s.source, options, True, t) for s, t in segments]

@@ -3,9 +3,9 @@
 A packages directory holds one unpacked package a folder (argos-translate's layout: ``metadata.json``,
 ``sentencepiece.model``, ``model/``). Each package's bundle lives in the cache under ``<folder>-<key>``, the key
 a hash of the package's file names and bytes, so a changed package gets a bundle of its own and an unchanged one
-is never imported twice. Importing needs torch (``attnserve import-argos``, the model's side): :func:`sync` takes
+is never imported twice. Importing is the model's side (``attnserve import-argos``, torch-free): :func:`sync` takes
 the importer as a callable, so the model's one-shot command imports in its process and ``attnserve serve`` in a
-subprocess (:func:`subprocess_importer`), and a server without torch serves what the cache holds.
+subprocess (:func:`subprocess_importer`), and an installation without the importer serves what the cache holds.
 """
 
 from __future__ import annotations
@@ -203,13 +203,14 @@ def bring_in(package: Package, cache: Path, importer: Importer | None) -> Outcom
 
 
 def importer_here() -> bool:
-    """Whether this installation can import packages: the model's importer and its torch and onnx are installed
-    (a development install; the images' runtime has no torch)."""
-    return all(importlib.util.find_spec(m) is not None for m in ("torch", "onnx", "model"))
+    """Whether this installation can import packages: the model's importer (model/importers/argos.py, which builds
+    the graphs without torch) and onnx are installed, as in every install from this repository."""
+    return all(importlib.util.find_spec(m) is not None for m in ("onnx", "model"))
 
 
 def subprocess_importer(folder: Path, out: Path, name: str) -> None:
-    """Import one package in a subprocess (torch stays out of the server's process).
+    """Import one package in a subprocess (the import's memory is returned when it ends, and a crash in it leaves
+    the server running).
 
     Raises:
         ImportRefused: the importer's one-line reason, or how it failed.

@@ -75,13 +75,13 @@ class PivotRoute:
 
     async def attention(
         self,
-        text: str,
+        texts: Sequence[str],
         options: Options,
         filters: Filters,
-        target_text: str | None = None,
+        target_texts: Sequence[str | None] | None = None,
         gone: Gone | None = None,
         arrival: float | None = None,
-    ) -> AttentionResult:
+    ) -> list[AttentionResult]:
         """Never answers: each hop has its own model and weights.
 
         Raises:

@@ -13,7 +13,7 @@ from service.serving.translation import AttentionResult, Filters, Gone, Options,
 
 
 class Route(Protocol):
-    """A served pair: translations of texts, and one text's attention weights (service/serving/engine.py's
+    """A served pair: translations of texts, and texts' attention weights (service/serving/engine.py's
     methods of the same names)."""
 
     @property
@@ -25,13 +25,13 @@ class Route(Protocol):
 
     async def attention(
         self,
-        text: str,
+        texts: Sequence[str],
         options: Options,
         filters: Filters,
-        target_text: str | None = None,
+        target_texts: Sequence[str | None] | None = None,
         gone: Gone | None = None,
         arrival: float | None = None,
-    ) -> AttentionResult: ...
+    ) -> list[AttentionResult]: ...
 
 
 class Direct:
@@ -53,13 +53,13 @@ class Direct:
 
     async def attention(
         self,
-        text: str,
+        texts: Sequence[str],
         options: Options,
         filters: Filters,
-        target_text: str | None = None,
+        target_texts: Sequence[str | None] | None = None,
         gone: Gone | None = None,
         arrival: float | None = None,
-    ) -> AttentionResult:
+    ) -> list[AttentionResult]:
         """:meth:`Engine.attention` on the pair's engine."""
         async with self.registry.use(self.pair) as engine:
-            return await engine.attention(text, options, filters, target_text, gone, arrival)
+            return await engine.attention(texts, options, filters, target_texts, gone, arrival)

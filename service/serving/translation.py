@@ -29,6 +29,7 @@ class Options:
         details: add tokens, scores and a cross-attention alignment to each translation.
         glossary: source term → target term, enforced where a term occurs (service/text/).
         keep: terms copied verbatim.
+        raw: each text goes to the model as given, whole: no layout, sentence split, span masking or glossary.
         alignments: give each translation the cross-attention its word alignments are read from.
     """
 
@@ -39,6 +40,7 @@ class Options:
     details: bool = False
     glossary: Mapping[str, str] | None = None
     keep: tuple[str, ...] = ()
+    raw: bool = False
     alignments: bool = False
 
     def defaulted(self, beam_size: int | None, length_penalty: float | None) -> Options:
@@ -201,4 +203,5 @@ def translation_strings(t: Translation) -> list[str]:
 def cache_key(options: Options) -> Hashable:
     """What of a request's options its translations depend on (``details`` answers are not cached)."""
     glossary = tuple(sorted(options.glossary.items())) if options.glossary else None
-    return (options.beam_size, options.max_length, options.alternatives, options.length_penalty, glossary, options.keep)
+    o = options
+    return (o.beam_size, o.max_length, o.alternatives, o.length_penalty, glossary, o.keep, o.raw)

@@ -182,9 +182,12 @@ class TextPipeline:
             prepared.parts.append(stretches)
         return prepared
 
-    def segmented(self, text: str, glossary: Mapping[str, str] | None = None, keep: Sequence[str] = ()) -> Prepared:
-        """One text as :meth:`prepare` cuts it for /translate, a plain text as one segment."""
-        prepared = self.prepare([text], glossary, keep)
+    def segmented(
+        self, text: str, glossary: Mapping[str, str] | None = None, keep: Sequence[str] = (), raw: bool = False
+    ) -> Prepared:
+        """One text as :meth:`prepare` cuts it for /translate, a plain text as one segment; ``raw``: the whole text
+        as one segment, as given (no layout, sentence, span or glossary)."""
+        prepared = None if raw else self.prepare([text], glossary, keep)
         if prepared is None:
             prepared = Prepared()
             prepared.add_plain(text)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from model.evaluate import evaluate, scores, translation_memory
-from model.export import add_int8
+from model.export.quantize import add_int8
 
 
 def test_translation_memory_takes_the_closest_training_source() -> None:

@@ -15,6 +15,7 @@ from starlette.datastructures import FormData, UploadFile
 from service.errors import TooLarge
 from service.formats import accepted, format_for
 from service.formats.base import Translate, batched
+from service.http.body import check_fields
 from service.http.errors import InvalidField, MalformedBody, UnsupportedFormat
 from service.http.middleware import count_under
 from service.http.openapi import ERRORS
@@ -25,6 +26,14 @@ from service.serving.translation import Options
 
 router = APIRouter()
 
+# The form's fields, as LibreTranslate's frontend sends them; any other is a 422.
+FIELDS: dict[str, Any] = {
+    "file": {"type": "string", "format": "binary", "description": "The file (.po, .txt, ...)."},
+    "source": {"type": "string", "default": "auto", "example": "en"},
+    "target": {"type": "string", "example": "ja"},
+    "api_key": {"type": "string", "description": "API key, when the server requires one."},
+    "secret": {"type": "string", "description": "LibreTranslate's frontend sends it with its key; not used."},
+}
 UPLOAD = {
     "requestBody": {
         "required": True,
@@ -33,12 +42,8 @@ UPLOAD = {
                 "schema": {
                     "type": "object",
                     "required": ["file", "target"],
-                    "properties": {
-                        "file": {"type": "string", "format": "binary", "description": "The file (.po, .txt, ...)."},
-                        "source": {"type": "string", "default": "auto", "example": "en"},
-                        "target": {"type": "string", "example": "ja"},
-                        "api_key": {"type": "string", "description": "API key, when the server requires one."},
-                    },
+                    "properties": FIELDS,
+                    "additionalProperties": False,
                 }
             }
         },
@@ -108,6 +113,7 @@ async def translate_upload(request: Request, form: FormData) -> JSONResponse:
     """The upload in ``form`` translated and stored: the answer of :func:`translate_file`."""
     state = state_of(request)
     settings = state.settings
+    check_fields([*form.keys(), *request.query_params.keys()], list(FIELDS))
 
     def field(name: str) -> str | None:
         value = form.get(name)

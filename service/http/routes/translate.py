@@ -11,6 +11,7 @@ from fastapi import APIRouter, Request
 from service.formats.base import Translate
 from service.formats.html import translate_html
 from service.http.alignments import links_json, rule
+from service.http.errors import InvalidField
 from service.http.lean import LeanRoute, OrjsonResponse, json_body
 from service.http.limits import check_options, check_texts
 from service.http.middleware import count_under
@@ -54,9 +55,12 @@ async def translate(request: Request) -> OrjsonResponse:
         details=body.return_details,
         glossary=body.glossary,
         keep=tuple(body.keep or ()),
+        raw=body.raw,
         alignments=body.alignments,
     )
     check_options(state.settings, options)
+    if body.raw and body.format == "html":
+        raise InvalidField("raw: the text goes to the model as given, and format 'html' parses it; send one")
     detected: list[Detection] | None = None
     if body.format == "html":
         translations, detected = await translate_pages(request, body, texts, options, arrival)

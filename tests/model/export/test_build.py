@@ -9,11 +9,11 @@ import onnx
 import pytest
 
 from model.export.build import export_fast_decoder, export_fast_encoder
-from model.export.kernels import (
+from model.transformer import Transformer
+from service.runtime.kernels import (
     Kernels,
     kernel_session,
 )
-from model.transformer import Transformer
 from tests.bundles import tiny_model
 from tests.model.export.shapes import CONFIGS
 

@@ -15,10 +15,10 @@ from model.export.build import export_forced_decoder
 from model.export.bundle import FORCED, add_forced, write_manifest
 from model.export.check import TOLERANCE, stepped_cross_attention
 from model.export.examples import forced_example
-from model.export.kernels import kernel_session
 from model.export.names import FORCED_OUTPUTS, forced_inputs
 from model.export.store import WEIGHTS, store_weights_once
 from service.runtime.bundle import load_bundle, sha256
+from service.runtime.kernels import kernel_session
 from tests.bundles import make_tiny_bundle, tiny_model
 from tests.model.export.shapes import CONFIGS
 

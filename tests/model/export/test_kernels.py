@@ -1,4 +1,5 @@
-"""Tests of model/export/kernels.py: attnserve's kernels against PyTorch and ONNX Runtime's."""
+"""attnserve's kernels (service/runtime/_attention.c, as the builder's nodes call them) against PyTorch and ONNX
+Runtime's."""
 
 from __future__ import annotations
 
@@ -9,27 +10,32 @@ import onnx
 import pytest
 import torch
 
-from model.export.build import export_fast_decoder, export_module
+from model.config import TransformerConfig
+from model.export.build import export_fast_decoder
+from model.export.builder.graphs import greedy_tokens
+from model.export.builder.ops import FLOAT, INT32, INT64, Graph
 from model.export.examples import fast_example
-from model.export.kernels import (
-    KERNELS,
-    FusedAttention,
-    GreedyTokens,
-    SegmentAttention,
-    attention_kernels,
-    kernel_session,
-    screen_weights,
-)
+from model.transformer import attention, segment_mask
+from service.runtime.kernels import attention_kernels, kernel_session
 from tests.bundles import tiny_model
 
 
-class Attend(torch.nn.Module):
-    def __init__(self, h: int) -> None:
-        super().__init__()
-        self.h = h
+def kernel_graph(path: Path, h: int, d_k: int, inputs: dict[str, tuple[int, int]], axes: dict[str, dict[int, str]],
+                 weights: dict[str, np.ndarray] | None = None, **config: object) -> Graph:  # fmt: skip
+    """A graph of a model of h heads of d_k features, its inputs (name -> element type, rank) declared, all axes
+    named by ``axes``; the caller adds the nodes and outputs and saves it at ``path``."""
+    c = TransformerConfig(**{"vocab_size": 2, "pad_id": 1, "decoder_start_id": 1, "d_model": h * d_k, "h": h,
+                             **config})  # type: ignore[arg-type]  # fmt: skip
+    g = Graph(c, weights or {}, axes)
+    for name, (elem, rank) in inputs.items():
+        g.input(name, elem, [None] * rank)
+    return g
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, segments: torch.Tensor) -> torch.Tensor:
-        return SegmentAttention.apply(q, k, v, segments, self.h)
+
+def heads(x: np.ndarray, h: int) -> torch.Tensor:
+    """(B, T, h d_k) -> (B, h, T, d_k)."""
+    B, T, d = x.shape
+    return torch.from_numpy(x).view(B, T, h, d // h).transpose(1, 2)
 
 
 def test_segment_attention_is_pytorchs_under_any_segments(tmp_path: Path) -> None:
@@ -42,12 +48,13 @@ def test_segment_attention_is_pytorchs_under_any_segments(tmp_path: Path) -> Non
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal((4, 7, h * d_k)).astype(np.float32) * 2 for _ in range(3))
     path = tmp_path / "attend.onnx"
-    axes = {name: {0: "batch", 1: "length"} for name in ("q", "k", "v", "segments", "out")}
-    args = tuple(torch.from_numpy(x) for x in (q, k, v, segments))
-    export_module(Attend(h), args, path, (["q", "k", "v", "segments"], ["out"]), axes, custom_opsets={KERNELS: 1})
+    axes = {name: {0: "batch", 1: "length", 2: "features"} for name in ("q", "k", "v", "segments", "out")}
+    g = kernel_graph(path, h, d_k, {"q": (FLOAT, 3), "k": (FLOAT, 3), "v": (FLOAT, 3), "segments": (INT32, 2)}, axes)
+    g.output(g.custom("SegmentAttention", "q", "k", "v", "segments", g.const(h)), "out", FLOAT, [None] * 3)
+    onnx.save(g.model("attend"), str(path))
     got = kernel_session(path).run(["out"], {"q": q, "k": k, "v": v, "segments": segments})[0]
-    with torch.no_grad():
-        want = Attend(h)(*args).numpy()
+    out, _ = attention(heads(q, h), heads(k, h), heads(v, h), segment_mask(torch.from_numpy(segments)))
+    want = out.transpose(1, 2).reshape(q.shape).numpy()
     np.testing.assert_allclose(got[:3], want[:3], rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(got[3], 0)
     assert not np.allclose(got[0, 0], got[0, 2]) and not np.allclose(got[0, 0], got[0, 1])  # not one average
@@ -89,11 +96,6 @@ def test_attnserve_kernels_equal_onnxruntimes(tmp_path: Path) -> None:
         kernel_session(ours).run(["logits"], full)
 
 
-class Cross(torch.nn.Module):
-    def forward(self, q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return FusedAttention.apply(q, K, V, mask)
-
-
 def test_cross_attention_reads_no_key_past_the_last_unmasked_one(tmp_path: Path) -> None:
     """attnserve.Attention over sources padded at the end (a continuous batch is as wide as its longest source): the
     keys and values past a source's last unmasked key, from the next whole vector of 8 on, are never read (NaN there
@@ -108,9 +110,12 @@ def test_cross_attention_reads_no_key_past_the_last_unmasked_one(tmp_path: Path)
     for j, n in enumerate(lengths):
         K[j, :, -(-n // 8) * 8 :] = V[j, :, -(-n // 8) * 8 :] = np.nan  # past the vector that holds the last key
     path = tmp_path / "cross.onnx"
-    axes = {"q": {0: "J", 1: "G"}, "K": {0: "J", 2: "S"}, "V": {0: "J", 2: "S"}, "mask": {0: "J", 1: "S"}}
-    args = tuple(torch.from_numpy(x) for x in (q, K, V, mask))
-    export_module(Cross(), args, path, (["q", "K", "V", "mask"], ["out"]), axes, custom_opsets={KERNELS: 1})
+    axes = {"q": {0: "J", 1: "G", 2: "d"}, "K": {0: "J", 1: "h", 2: "S", 3: "d_k"}, "mask": {0: "J", 1: "S"},
+            "out": {0: "J", 1: "G", 2: "d"}}  # fmt: skip
+    axes["V"] = axes["K"]
+    g = kernel_graph(path, h, d_k, {"q": (FLOAT, 3), "K": (FLOAT, 4), "V": (FLOAT, 4), "mask": (INT32, 2)}, axes)
+    g.output(g.custom("Attention", "q", "K", "V", "mask"), "out", FLOAT, [None] * 3)
+    onnx.save(g.model("cross"), str(path))
     session = kernel_session(path)
     padded = session.run(["out"], {"q": q, "K": K, "V": V, "mask": mask})[0]
     assert np.isfinite(padded).all()
@@ -123,20 +128,6 @@ def test_cross_attention_reads_no_key_past_the_last_unmasked_one(tmp_path: Path)
             "mask": mask[j : j + 1, :width],
         }
         np.testing.assert_array_equal(padded[j], session.run(["out"], alone)[0][0])
-
-
-class Projection(torch.nn.Module):
-    """h (T, d) -> GreedyTokens of h W^T + bias, ``pad`` never chosen."""
-
-    def __init__(self, W: torch.Tensor, bias: torch.Tensor, pad: int) -> None:
-        super().__init__()
-        for name, value in [("W", W), ("bias", bias), ("pad", torch.tensor(pad))]:
-            self.register_buffer(name, value)
-        for name, value in zip(("W_int8", "w_scale", "w_l1"), screen_weights(W), strict=True):
-            self.register_buffer(name, value)
-
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return GreedyTokens.apply(h, self.W, self.bias, self.W_int8, self.w_scale, self.w_l1, self.pad)
 
 
 @pytest.mark.parametrize("biased", [False, True])
@@ -156,9 +147,11 @@ def test_greedy_tokens_are_the_float32_argmax(tmp_path: Path, biased: bool) -> N
     h = np.concatenate([rng.standard_normal((40, d)) * scale for scale in (0.01, 1.0, 30.0)])
     h = np.concatenate([h, 5 * W[[5, pad]], 8 * W[[3]], np.zeros((1, d))]).astype(np.float32)
     path = tmp_path / "greedy.onnx"
-    axes = {"h": {0: "rows"}, "tokens": {0: "rows"}}
-    export_module(Projection(torch.from_numpy(W), torch.from_numpy(bias), pad), (torch.from_numpy(h),), path,
-            (["h"], ["tokens"]), axes, custom_opsets={KERNELS: 1})  # fmt: skip
+    weights = {"src_embed.lut.weight": W, "generator.final_logits_bias": bias}
+    g = kernel_graph(path, 1, d, {"h": (FLOAT, 2)}, {"h": {0: "rows", 1: "d"}, "tokens": {0: "rows"}}, weights,
+                     vocab_size=V, pad_id=pad, decoder_start_id=pad, final_logits_bias=biased)  # fmt: skip
+    g.output(greedy_tokens(g, "h"), "tokens", INT64, [None])
+    onnx.save(g.model("greedy"), str(path))
     assert [n.op_type for n in onnx.load(str(path)).graph.node][-1] == "GreedyTokens"
     session = kernel_session(path)
     got = session.run(["tokens"], {"h": h})[0]

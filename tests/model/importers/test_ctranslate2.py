@@ -10,30 +10,11 @@ import pytest
 import torch
 
 from model.importers.ct2_transformer import UnsupportedModel, map_transformer
-from model.importers.ctranslate2 import DTYPES, ModelBin, ModelBinError, Variable, parse_model_bin, read_model_bin
+from model.importers.ctranslate2 import ModelBin, ModelBinError, Variable, parse_model_bin, read_model_bin
 from tests.bundles import tiny_spm
 from tests.model.importers.argos_packages import onmt_package
-
-
-def _string(s: str) -> bytes:
-    raw = s.encode() + b"\0"
-    return struct.pack("<H", len(raw)) + raw
-
-
-def write(model: ModelBin) -> bytes:
-    """model.bin's bytes as CTranslate2's specs/model_spec.py lays them out (for crafting files)."""
-    out = (
-        struct.pack("<I", model.version)
-        + _string(model.spec)
-        + struct.pack("<II", model.revision, len(model.variables))
-    )
-    for v in model.variables.values():
-        out += _string(v.name) + struct.pack("<B", len(v.shape)) + struct.pack(f"<{len(v.shape)}I", *v.shape)
-        out += struct.pack("<BI", DTYPES.index(v.dtype), len(v.data)) + v.data
-    out += struct.pack("<I", len(model.aliases))
-    for alias, target in model.aliases.items():
-        out += _string(alias) + _string(target)
-    return out
+from tests.numpy_models import name_bytes
+from tests.numpy_models import write_model_bin as write
 
 
 @pytest.fixture(scope="module")
@@ -91,8 +72,8 @@ def test_damaged_files_are_refused(packages: dict[str, Path], damage: object, me
 
 
 def _one(name: str, shape: tuple[int, ...], dtype_id: int, size: int, payload: bytes) -> bytes:
-    head = struct.pack("<I", 6) + _string("TransformerSpec") + struct.pack("<II", 7, 1)
-    var = _string(name) + struct.pack("<B", len(shape)) + struct.pack(f"<{len(shape)}I", *shape)
+    head = struct.pack("<I", 6) + name_bytes("TransformerSpec") + struct.pack("<II", 7, 1)
+    var = name_bytes(name) + struct.pack("<B", len(shape)) + struct.pack(f"<{len(shape)}I", *shape)
     return head + var + struct.pack("<BI", dtype_id, size) + payload + struct.pack("<I", 0)
 
 
@@ -104,7 +85,7 @@ def test_inconsistent_variables_are_refused() -> None:
     with pytest.raises(ModelBinError, match="quantized but has no w_scale"):
         parse_model_bin(_one("w", (2, 1), 1, 2, b"\1\2")).float32("w")
     good = parse_model_bin(_one("w", (2,), 0, 8, b"\0" * 8))
-    alias = write(good)[:-4] + struct.pack("<I", 1) + _string("a") + _string("nothing")
+    alias = write(good)[:-4] + struct.pack("<I", 1) + name_bytes("a") + name_bytes("nothing")
     with pytest.raises(ModelBinError, match="points to nothing"):
         parse_model_bin(alias)
 

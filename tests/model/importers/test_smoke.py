@@ -3,13 +3,16 @@ weights; --no-check skips it."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from transformers import MarianMTModel
 
-from model.importers.smoke import check_bundle, check_tied
+from model.importers.marian_weights import check_tied, read_hf_weights
+from model.importers.smoke import check_bundle
 from service.cli.main import main
 from tests.bundles import tiny_spm
 from tests.model.importers.checkpoints import Layout, random_marian
@@ -32,7 +35,20 @@ def test_a_bundle_of_other_weights_is_refused_naming_the_sentence(checkpoints: t
 
 
 def test_untied_weights_are_refused(checkpoints: tuple[Path, Path, Path]) -> None:
-    model = MarianMTModel.from_pretrained(checkpoints[0]).eval()
-    model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone() + 1)
+    weights = read_hf_weights(checkpoints[0])
+    weights["lm_head.weight"] = weights["model.shared.weight"] + 1
     with pytest.raises(ValueError, match=r"lm_head\.weight differs from model\.shared\.weight"):
-        check_tied(model)
+        check_tied(weights)
+
+
+def test_a_pytorch_checkpoint_without_torch_is_one_line_naming_the_fix(
+    checkpoints: tuple[Path, Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only pytorch_model.bin, and no torch: install torch, or convert it to model.safetensors."""
+    torch.save(MarianMTModel.from_pretrained(checkpoints[0]).state_dict(), tmp_path / "pytorch_model.bin")
+    read, saved = read_hf_weights(tmp_path), read_hf_weights(checkpoints[0])  # torch reads it here
+    assert all(np.array_equal(read[k], v) for k, v in saved.items())
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else find_spec(name, *a))
+    with pytest.raises(ValueError, match=r"pytorch_model\.bin: reading it needs torch; install torch .* or convert"):
+        read_hf_weights(tmp_path)

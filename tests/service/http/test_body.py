@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import Request
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from service.http.body import parse_body
 from service.http.errors import InvalidField, MalformedBody
@@ -17,6 +17,8 @@ from tests.service.conftest import Server
 
 
 class Fields(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # as the routes' models
+
     q: str | list[str]
     source: str = "auto"
     target: str
@@ -133,3 +135,37 @@ def test_over_http_every_way_of_sending_fields_reads_the_same_text(server: Serve
     with server.client() as c:
         only_file = c.post("/translate", files={"file": ("notes.txt", b"a file part")})
     assert only_file.status_code == 422 and "q" in only_file.json()["error"]
+
+
+# A misspelled field is refused by name, whichever way it comes, on every route that reads fields.
+MISSPELLED = [
+    ("/translate", {"q": "Open file", "source": "en", "target": "ja", "beam_sise": "2"}, "beam_sise"),
+    ("/attention", {"q": "Open file", "source": "en", "target": "ja", "kind": "cross"}, "kind"),
+    ("/detect", {"q": "Open file", "langauge": "en"}, "langauge"),
+]
+
+
+@pytest.mark.parametrize(("path", "fields", "name"), MISSPELLED)
+@pytest.mark.parametrize("way", ["json", "form", "multipart", "query"])
+def test_an_unknown_field_is_a_422_that_names_it(server: Server, path: str, fields: dict, name: str, way: str) -> None:
+    sent: dict[str, Any] = {
+        "json": {"json": fields},
+        "form": {"data": fields},
+        "multipart": {"data": fields, "files": {"note": ("n.txt", b"file parts are not fields")}},
+        "query": {"params": fields},
+    }[way]
+    with server.client() as c:
+        r = c.post(path, **sent)
+    assert r.status_code == 422, r.text
+    message = r.json()["error"]
+    assert f"{name}: unknown field" in message and "the fields are q, " in message
+
+
+def test_an_unknown_field_of_a_file_upload_is_a_422_that_names_it(server: Server) -> None:
+    file = {"file": ("a.txt", b"Open file")}
+    with server.client() as c:
+        in_form = c.post("/translate_file", files=file, data={"target": "ja", "sorce": "en"})
+        in_query = c.post("/translate_file", files=file, data={"target": "ja"}, params={"apikey": "k"})
+        text_only = c.post("/translate_file", files=file, data={"target": "ja", "format": "text"})
+    for r, name in ((in_form, "sorce"), (in_query, "apikey"), (text_only, "format")):
+        assert r.status_code == 422 and f"{name}: unknown field" in r.json()["error"], r.text

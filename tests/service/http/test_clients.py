@@ -1,5 +1,6 @@
 """Real LibreTranslate clients, unmodified, against a real uvicorn serving the tiny bundle: libretranslatepy,
-deep-translator's LibreTranslator, and Weblate's request shape (its LibreTranslate machinery's JSON batch); and the
+deep-translator's LibreTranslator, Weblate's request shape (its LibreTranslate machinery's JSON batch) and
+LibreTranslate's own frontend's (its fields, ``secret`` among them, pass the server's strict fields); and the
 same clients against ``attnserve serve`` started with only a directory of Argos packages, on every pair.
 
 The clients are in the ``test`` extra; without them these tests skip, except under CI=true where they fail.
@@ -112,6 +113,25 @@ def test_weblate_request_shape(server: Server) -> None:
 def test_weblate_markers_are_kept(server: Server) -> None:
     texts, translated, _ = weblate_batch(server)
     assert [markers(t) for t in translated] == [markers(t) for t in texts]
+
+
+# LibreTranslate's own web frontend (libretranslate/templates/app.js.template) posts FormData: its translation with
+# the key's secret, which attnserve accepts and does not use, and its file upload likewise; its API example, JSON.
+FRONTEND_SECRET = "c2VjcmV0"
+
+
+def test_libretranslate_frontend_fields(server: Server) -> None:
+    form = {"q": TEXTS[1], "source": "en", "target": "ja", "format": "text", "alternatives": "3", "api_key": ""}
+    with server.client() as c:
+        typed = c.post("/translate", data={**form, "secret": FRONTEND_SECRET}, files={})
+        example = c.post("/translate", json={**form, "alternatives": 3})
+        upload = c.post(
+            "/translate_file",
+            files={"file": ("a.txt", TEXTS[1].encode())},
+            data={"source": "en", "target": "ja", "api_key": "", "secret": FRONTEND_SECRET},
+        )
+    assert typed.status_code == 200 and example.status_code == 200 and upload.status_code == 200, upload.text
+    assert typed.json() == example.json()  # the secret changes nothing
 
 
 # A server started with only ATTNSERVE_ARGOS_PACKAGES (and its cache): every package's pair, asked by each client,

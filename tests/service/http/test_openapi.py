@@ -36,6 +36,6 @@ def test_attention_examples_are_answered_and_are_the_shipped_models_answers(serv
     assert schema["components"]["schemas"]["AttentionResponse"]["examples"] == ATTENTION_EXAMPLES
     engine = Engine.load(SHIPPED, Settings(bundles=[SHIPPED]))
     for text, example in zip(("Open file\n", "Open %s\nSave"), ATTENTION_EXAMPLES, strict=True):
-        result = engine.attention_now(text, Options(), Filters(["cross"], [0], [0]))
+        result = engine.attention_now([text], Options(), Filters(["cross"], [0], [0]))[0]
         assert orjson.loads(orjson.dumps(answer(result), option=orjson.OPT_SERIALIZE_NUMPY)) == example
         AttentionResponse.model_validate(example)

@@ -102,7 +102,7 @@ def test_alignments_are_the_same_with_details_and_in_a_list(shipped: Engine) -> 
 
 def test_a_forced_translation_aligns_its_own_words(shipped: Engine) -> None:
     text, forced = "Open %s in GIMP.\nSave it.", "GIMP で %s を開く。\n保存する。"
-    result = shipped.attention_now(text, Options(alignments=True), Filters(kinds=["cross"]), target_text=forced)
+    (result,) = shipped.attention_now([text], Options(alignments=True), Filters(kinds=["cross"]), [forced])
     assert result.text == forced and result.alignable is not None
     spans = result.alignable.links(DEFAULT)
     assert ("%s", "%s") in {(text[a:b], forced[c:d]) for (a, b), (c, d) in spans}

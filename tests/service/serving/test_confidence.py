@@ -143,7 +143,7 @@ def test_details_carry_confidence_flags_and_the_attention_coverage(calibrated: P
         assert set(d.flags) <= {"omission", "copy"}
         # The coverage is /attention's cross-attention (of the masked text, as /translate decodes it): last layer,
         # heads averaged, the most over the steps.
-        (segment,) = engine.attention_now(text, Options(), Filters(kinds=["cross"])).segments
+        (segment,) = engine.attention_now([text], Options(), Filters(kinds=["cross"]))[0].segments
         cross = segment.weights["cross"]
         assert d.coverage == pytest.approx(cross[-1].mean(axis=0).max(axis=0).tolist(), abs=1e-5)
         uncovered = any(c < 0.1 for c, p in zip(d.coverage, d.source_tokens, strict=True) if is_content(p))

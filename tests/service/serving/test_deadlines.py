@@ -47,7 +47,7 @@ def test_the_engine_answers_at_the_deadline_while_a_step_is_running(endpoint: st
                 if endpoint == "translate":
                     await engine.translate(["a b c d e f"], Options())
                 else:
-                    await engine.attention("a b c d e f", Options(), Filters())
+                    await engine.attention(["a b c d e f"], Options(), Filters())
             return time.monotonic() - start
         finally:
             await engine.stop()
@@ -67,7 +67,7 @@ def test_the_deadline_counts_from_arrival(endpoint: str) -> None:
                 if endpoint == "translate":
                     await engine.translate(["a b"], Options(), arrival=arrival)
                 else:
-                    await engine.attention("a b", Options(), Filters(), arrival=arrival)
+                    await engine.attention(["a b"], Options(), Filters(), arrival=arrival)
             assert (await engine.translate(["a b"], Options(), arrival=time.monotonic()))[0].text
         finally:
             await engine.stop()

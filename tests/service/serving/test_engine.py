@@ -139,7 +139,7 @@ def test_domain_errors_become_their_status_codes() -> None:
 
     @app.post("/attention")
     async def attention() -> None:
-        await engine.attention("a", Options(), Filters(heads=[5]))
+        await engine.attention(["a"], Options(), Filters(heads=[5]))
 
     with TestClient(app) as c:
         too_large, no_head = c.post("/translate"), c.post("/attention")
@@ -155,7 +155,7 @@ def test_limits_name_their_setting() -> None:
         engine.translate_now(["a" * 11], Options())
     assert (e.value.field, e.value.limit) == ("max_chars", 10)
     with pytest.raises(NoSuchIndex, match="layers"):
-        engine.attention_now("a", Options(), Filters(layers=[1]))
+        engine.attention_now(["a"], Options(), Filters(layers=[1]))
 
 
 def test_alternatives_skip_texts_already_given() -> None:
@@ -261,7 +261,7 @@ def test_a_target_prefix_is_forced_and_left_out_of_every_answer(tiny_bundle: Pat
     assert again.runners.forced is None and engine.runners.forced is not None
     assert again.translate_now(texts, Options()) == out
 
-    result = engine.attention_now("Open the file", Options(), Filters())
+    result = engine.attention_now(["Open the file"], Options(), Filters())[0]
     (segment,) = result.segments
     T, start = len(segment.target_tokens), engine.tokenizer.pieces([engine.bundle.spec.decoder_start_id])
     assert segment.decoder_input_tokens[:2] == start + engine.tokenizer.pieces([7])

@@ -46,7 +46,7 @@ def shipped() -> Engine:
 @pytest.mark.parametrize("text", TEXTS)
 def test_attention_gives_the_translation_that_translate_gives(tiny: Engine, text: str, beam: int) -> None:
     options = Options(beam_size=beam)
-    result = tiny.attention_now(text, options, Filters())
+    result = tiny.attention_now([text], options, Filters())[0]
     assert result.text == tiny.translate_now([text], options)[0].text
     prepared = tiny.text.segmented(text)
     assert [s.source for s in result.segments] == prepared.offsets
@@ -60,7 +60,7 @@ def test_attention_gives_the_translation_that_translate_gives(tiny: Engine, text
 def test_the_issue_example_on_the_shipped_model(shipped: Engine) -> None:
     text = "Open the selected file\n"
     translated = shipped.translate_now([text], Options())[0].text
-    result = shipped.attention_now(text, Options(), Filters(kinds=["cross"]))
+    result = shipped.attention_now([text], Options(), Filters(kinds=["cross"]))[0]
     assert result.text == translated == "選択したファイルを開く\n"
     (segment,) = result.segments
     assert segment.source_tokens == ["▁Open", "▁the", "▁selected", "▁file", "</s>"]
@@ -72,14 +72,14 @@ def test_the_issue_example_on_the_shipped_model(shipped: Engine) -> None:
     "text", ["Open %s in {0}\n\nSave <b>all</b> files.", "  Delete the selected files?\nThis cannot be undone. "]
 )
 def test_shipped_model_spans_and_lines(shipped: Engine, text: str) -> None:
-    result = shipped.attention_now(text, Options(), Filters(kinds=["cross"], layers=[0]))
+    result = shipped.attention_now([text], Options(), Filters(kinds=["cross"], layers=[0]))[0]
     assert result.text == shipped.translate_now([text], Options())[0].text
     assert len(result.segments) == 2
 
 
 def test_forced_segments_are_the_target_laid_out(tiny: Engine) -> None:
     tok = tiny.tokenizer
-    result = tiny.attention_now("Open %s\nSave the file", Options(), Filters(), "%s を開く\nファイルを保存")
+    result = tiny.attention_now(["Open %s\nSave the file"], Options(), Filters(), ["%s を開く\nファイルを保存"])[0]
     assert [s.target_tokens for s in result.segments] == [
         tok.pieces(tok.encode_target("{0} を開く")),
         tok.pieces(tok.encode_target("ファイルを保存")),
@@ -98,7 +98,7 @@ NUMBERS = "Receives 60% defense on sand and 30% in water"
 @pytest.mark.parametrize("text", [MULTI_TAG, NUMBERS])
 def test_broken_segments_are_recovered_as_translate_recovers_them(shipped: Engine, text: str, beam: int) -> None:
     (translated,) = shipped.translate_now([text], Options(beam_size=beam, details=True))
-    result = shipped.attention_now(text, Options(beam_size=beam), Filters(kinds=["cross"]))
+    result = shipped.attention_now([text], Options(beam_size=beam), Filters(kinds=["cross"]))[0]
     assert result.text == translated.text
     (segment,) = result.segments
     assert translated.details is not None and segment.spans == translated.details.spans
@@ -132,7 +132,7 @@ def test_each_recovery_path_answers_with_the_weights_of_its_decode(
     engine = mangler_engine()
     with patch.object(TextPipeline, "restored", _appended_only) if broken else nullcontext():
         (translated,) = engine.translate_now(["C %s C"], replace(options, details=True))
-        result = engine.attention_now("C %s C", options, Filters())
+        result = engine.attention_now(["C %s C"], options, Filters())[0]
     assert translated.details is not None and (translated.details.spans, translated.text) == (path, text)
     (segment,) = result.segments
     assert (result.text, segment.spans, segment.target_tokens) == (text, path, tokens)
@@ -146,7 +146,7 @@ def test_each_recovery_path_answers_with_the_weights_of_its_decode(
 
 def test_a_forced_target_is_neither_checked_nor_recovered() -> None:
     engine = mangler_engine()
-    result = engine.attention_now("C %s C", Options(), Filters(), "A %s B 7")
+    result = engine.attention_now(["C %s C"], Options(), Filters(), ["A %s B 7"])[0]
     assert engine.translate_now(["C %s C"], Options())[0].text == "A %s"  # recovered on /translate
     assert result.text == "A %s B 7"  # a made-up number, a broken text on /translate, kept: the caller's answer
     (segment,) = result.segments
@@ -166,7 +166,7 @@ def test_the_budget_is_held_once_with_room_for_a_re_decode_of_each_segment_with_
         await engine.start()
         try:
             with patch.object(engine.budget, "hold", recorded):
-                return await engine.attention(text, Options(), Filters())
+                return (await engine.attention([text], Options(), Filters()))[0]
         finally:
             await engine.stop()
 

@@ -24,7 +24,7 @@ from service.serving.restoring import PATHS
 from service.serving.startup import Checked
 from service.settings import EN_JA, Settings
 from service.text.pipeline import TextPipeline
-from tests.service.conftest import Server, assert_loading
+from tests.service.conftest import Server, ServerFactory, assert_loading
 from tests.service.mangler import Bundle, Mangler
 
 KINDS = ("encoder", "decoder", "cross")
@@ -330,6 +330,83 @@ def test_a_forced_target_has_no_span_path(mangling: TestClient) -> None:
 
 def test_the_schema_names_every_path() -> None:
     assert get_args(SpanPath) == PATHS
+
+
+def test_raw_is_the_whole_text_as_given(server: Server, tiny_bundle: Path) -> None:
+    tok = load_bundle(tiny_bundle).tokenizer
+    text = " Open %s\nSave 42 "
+    body = attention(server, q=text, raw=True, target_text="%sを開く\n保存", kinds=["cross"])
+    (segment,) = body["segments"]
+    assert segment["model_input"] == text and segment["source_offsets"] == [0, len(text)]
+    assert body["source_tokens"] == tok.pieces(tok.encode_source(text))
+    assert body["target_tokens"] == tok.pieces(tok.encode_target("%sを開く\n保存"))
+    assert body["translatedText"] == tok.decode(tok.encode_target("%sを開く\n保存"))
+    with server.client() as c:
+        r = c.post("/attention", json={"q": text, "source": "en", "target": "ja", "raw": True, "keep": ["Save"]})
+    assert r.status_code == 422 and "raw" in r.json()["error"], r.text
+
+
+MANY = ["Delete the selected files?", "Open %s\nSave the file", "  Settings", "Could not open %s: permission denied"]
+
+
+def assert_same_answer(batched: dict, single: dict) -> None:
+    """The same tokens, offsets and text; the same weights within float32 batching's differences."""
+    kinds = [k for k in KINDS if k in single]
+    assert {k: v for k, v in batched.items() if k not in KINDS and k != "segments"} == {
+        k: v for k, v in single.items() if k not in KINDS and k != "segments"
+    }
+    for kind in kinds:
+        np.testing.assert_allclose(np.array(batched[kind]), np.array(single[kind]), atol=1e-5)
+    for b, s in zip(batched["segments"], single["segments"], strict=True):
+        assert {k: v for k, v in b.items() if k not in KINDS} == {k: v for k, v in s.items() if k not in KINDS}
+        for kind in [k for k in KINDS if k in s]:
+            np.testing.assert_allclose(np.array(b[kind]), np.array(s[kind]), atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"raw": True, "kinds": ["cross", "decoder"]},
+        {"target_text": ["ファイル", "%sを開く\n保存", "設定", "%s"]},
+        {"alignments": True, "kinds": ["cross"]},
+    ],
+    ids=["search", "raw", "forced", "alignments"],
+)
+def test_a_list_of_texts_answers_each_as_it_is_answered_alone(server: Server, options: dict) -> None:
+    batched = attention(server, q=MANY, max_length=8, **options)
+    assert isinstance(batched, list) and len(batched) == len(MANY)
+    for i, text in enumerate(MANY):
+        alone = {k: v[i] if k == "target_text" else v for k, v in options.items()}
+        assert_same_answer(batched[i], attention(server, q=text, max_length=8, **alone))
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "needle"),
+    [
+        ({"q": ["Open", "Save"], "target_text": ["開く"]}, 422, "target_text: 1 texts where q has 2"),
+        ({"q": ["Open"], "target_text": "開く"}, 422, "a list of as many texts for a list q"),
+        ({"q": "Open", "target_text": ["開く"]}, 422, "a string for a string q"),
+        ({"q": ["Open", " "]}, 400, "q[1] is empty"),
+        ({"q": []}, 422, "q is an empty list"),
+        ({"q": ["Open"] * 65}, 413, "max_texts=64"),
+    ],
+)
+def test_bad_lists(server: Server, body: dict, status: int, needle: str) -> None:
+    with server.client() as c:
+        r = c.post("/attention", json={"source": "en", "target": "ja", **body})
+    assert r.status_code == status and needle in r.json()["error"], r.text
+
+
+def test_a_list_is_held_against_the_memory_budget_as_a_whole(make_server: ServerFactory) -> None:
+    server = make_server(memory_budget_mb=16)  # the text alone holds about 5 MiB
+    body = {"source": "en", "target": "ja", "beam_size": 8, "max_length": 100}
+    text = "Delete the selected files? Could not open the file."
+    with server.client() as c:
+        alone = c.post("/attention", json={**body, "q": text})
+        many = c.post("/attention", json={**body, "q": [text] * 4})
+    assert alone.status_code == 200, alone.text
+    assert many.status_code == 413 and "memory_budget_mb=16" in many.json()["error"], many.text
 
 
 def test_attention_gives_the_alignments_translate_gives(server: Server) -> None:

@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from service.cli.main import main
+from service.runtime.bundle import Tokenizer, load_bundle
 from tests.service.conftest import Server, ServerFactory, assert_loading
 
 OK = {"q": "Open file", "source": "en", "target": "ja"}
@@ -90,6 +91,42 @@ def test_a_caller_that_went_away_frees_its_rows(make_server: ServerFactory) -> N
 def test_translate_is_503_while_the_models_load(loading_server: Server, source: str, form: str) -> None:
     with loading_server.client() as c:
         assert_loading(c.post("/translate", json={**OK, "source": source, "format": form}))
+
+
+RAW = ["Open %s at https://example.com 42 times", "  Delete the selected files?\nSettings  ", ""]
+
+
+def test_raw_texts_go_to_the_model_as_given(make_server: ServerFactory, tiny_bundle: Path) -> None:
+    """Whole texts, edge whitespace and line breaks included, nothing masked: the pieces of the whole text; the
+    answer is the decoded tokens' text, and a text without raw (the response cache on) is answered apart."""
+    tok = load_bundle(tiny_bundle).tokenizer
+    server = make_server(cache_mb=1)
+    with server.client() as c:
+        raw = c.post("/translate", json={"q": RAW, "source": "en", "target": "ja", "raw": True, "return_details": True})
+        masked = c.post("/translate", json={"q": RAW[0], "source": "en", "target": "ja", "return_details": True})
+        again = c.post("/translate", json={"q": RAW[0], "source": "en", "target": "ja", "raw": True})
+    assert raw.status_code == 200, raw.text
+    details = raw.json()["details"]
+    assert [d["source_tokens"] for d in details] == [tok.pieces(tok.encode_source(t)) for t in RAW]
+    assert raw.json()["translatedText"] == [tok.decode(_ids(tok, d)) for d in details]
+    masked_pieces = "".join(masked.json()["details"]["source_tokens"])
+    assert "{0}" in masked_pieces and "%" not in masked_pieces  # without raw the printf form is masked
+    assert again.json()["translatedText"] == raw.json()["translatedText"][0]
+
+
+def _ids(tok: Tokenizer, details: dict) -> list[int]:
+    ids = {piece: i for i, piece in tok.pieces_by_id.items()}
+    return [ids[p] for p in details["tokens"]]
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [({"glossary": {"file": "ファイル"}}, "glossary"), ({"keep": ["file"]}, "keep"), ({"format": "html"}, "html")],
+)
+def test_raw_refuses_what_needs_the_text_changed(server: Server, extra: dict, needle: str) -> None:
+    with server.client() as c:
+        r = c.post("/translate", json={**OK, "raw": True, **extra})
+    assert r.status_code == 422 and "raw" in r.json()["error"] and needle in r.json()["error"], r.text
 
 
 def test_alignments_are_word_spans_of_the_text_and_its_translation(server: Server) -> None:

@@ -68,7 +68,8 @@ COPY --from=cuda-libraries /opt/venv /opt/venv
 COPY --from=gpu-builder /opt/venv /opt/venv
 # NVIDIA_*: what NVIDIA's CUDA images set, so that the NVIDIA Container Toolkit mounts the driver's libraries.
 ENV PATH=/opt/venv/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
-    ATTNSERVE_BUNDLES=/opt/attnserve/bundles ATTNSERVE_PROVIDER=cuda ATTNSERVE_ARGOS_CACHE=/var/cache/attnserve/argos \
+    ATTNSERVE_BUNDLES=/opt/attnserve/bundles ATTNSERVE_SHIPPED_BUNDLES=/opt/attnserve/bundles \
+    ATTNSERVE_PROVIDER=cuda ATTNSERVE_ARGOS_CACHE=/var/cache/attnserve/argos \
     ATTNSERVE_HOST=0.0.0.0 ATTNSERVE_PORT=8000 \
     NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility
 USER 10001:10001
@@ -95,7 +96,8 @@ RUN groupadd --system --gid 10001 attnserve \
 COPY --from=cpu-builder /opt/venv /opt/venv
 COPY --from=cpu-builder /src/model/bundles /opt/attnserve/bundles
 ENV PATH=/opt/venv/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
-    ATTNSERVE_BUNDLES=/opt/attnserve/bundles ATTNSERVE_PROVIDER=cpu ATTNSERVE_ARGOS_CACHE=/var/cache/attnserve/argos \
+    ATTNSERVE_BUNDLES=/opt/attnserve/bundles ATTNSERVE_SHIPPED_BUNDLES=/opt/attnserve/bundles \
+    ATTNSERVE_PROVIDER=cpu ATTNSERVE_ARGOS_CACHE=/var/cache/attnserve/argos \
     ATTNSERVE_HOST=0.0.0.0 ATTNSERVE_PORT=8000
 USER 10001:10001
 WORKDIR /opt/attnserve

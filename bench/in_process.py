@@ -20,11 +20,10 @@ from pathlib import Path
 
 import uvloop
 
-from service.http.app import start
-from service.http.state import State
 from service.metrics import Metrics
 from service.runtime.bundle import load_bundle
 from service.serving.engine import Engine
+from service.serving.models import Models
 from service.serving.translation import Options
 from service.settings import Settings
 
@@ -60,16 +59,16 @@ async def closed_loop(engine: Engine, texts: list[str], clients: int, seconds: f
 async def measure(bundle_dir: Path, texts: list[str], clients: int, seconds: float) -> tuple[float, dict[int, str]]:
     """Start the bundle's engine as the server does, warm it up with the same load, then load it for ``seconds``."""
     settings = Settings()
-    state = State(settings, Metrics())
-    await start(state, [load_bundle(bundle_dir)])
-    if not state.ready or state.pairs is None:
-        raise SystemExit(state.not_ready)
-    (engine,) = state.pairs.engines()
+    models = Models(settings, Metrics())
+    await models.start([load_bundle(bundle_dir)])
+    if not models.ready or models.registry is None:
+        raise SystemExit(models.not_ready)
+    (engine,) = models.registry.engines()
     try:
         await closed_loop(engine, texts, clients, min(2.0, seconds))
         return await closed_loop(engine, texts, clients, seconds)
     finally:
-        await state.pairs.close()
+        await models.close()
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -11,8 +11,9 @@ local index listing the installed package only; ``--load-only en,ja``).
 Each server runs pinned to core 0 (``taskset``), the load generator (bench/overhead.py's closed loop) to core 1, in
 two shapes: 32 clients sending one sentence a request, and Weblate's (4 clients sending 20 sentences a request); with
 two decodings: greedy on one thread (LibreTranslate: ``ARGOS_BEAM_SIZE=1``, one CTranslate2 thread), and
-LibreTranslate's defaults (beam 4, its own thread settings; attnserve: ``beam_size`` 4 and argos-translate's length
-penalty 0.2). Then every sentence is translated once more by each server and the outputs compared.
+LibreTranslate's defaults (beam 4, its own thread settings; attnserve: ``ATTNSERVE_DEFAULT_BEAM_SIZE=4`` and
+``ATTNSERVE_DEFAULT_LENGTH_PENALTY=0.2``, argos-translate's, requests naming neither). Then every sentence is
+translated once more by each server and the outputs compared.
 
     python bench/libretranslate.py --lt-venv /tmp/lt-venv --seconds 15
 """
@@ -41,7 +42,11 @@ LT_SERVER = Path(__file__).resolve().with_name("libretranslate_server.py")
 SHAPES = {"single text, 32 clients": (32, 1), "Weblate, 4 clients × 20 texts": (4, 20)}
 GREEDY, DEFAULTS = "greedy, one thread", "LibreTranslate's defaults (beam 4)"
 LT_ENV = {GREEDY: {"ARGOS_BEAM_SIZE": "1", "ARGOS_INTER_THREADS": "1", "ARGOS_INTRA_THREADS": "1"}, DEFAULTS: {}}
-ATTNSERVE_OPTIONS: dict[str, dict[str, Any]] = {GREEDY: {}, DEFAULTS: {"beam_size": 4, "length_penalty": 0.2}}
+# attnserve at LibreTranslate's decoding through its defaults (docs/API.md): requests name none, as Weblate's do.
+ATTNSERVE_DECODING = {
+    GREEDY: {},
+    DEFAULTS: {"ATTNSERVE_DEFAULT_BEAM_SIZE": "4", "ATTNSERVE_DEFAULT_LENGTH_PENALTY": "0.2"},
+}
 PUNCTUATION = frozenset("!?.,;。")  # libretranslate/language.py's improve_translation_formatting
 # attnserve decodes a text whole, as the bench's splitter has LibreTranslate do
 ATTNSERVE_ENV = {"ATTNSERVE_SENTENCE_SPLIT_CHARS": "100000"}
@@ -155,8 +160,8 @@ def run(args: argparse.Namespace, work: Path) -> tuple[list[str], dict[tuple[str
     results: dict[tuple[str, str], dict[str, Any]] = {}
     for decoding in (GREEDY, DEFAULTS):
         print(f"attnserve, {decoding}", flush=True)
-        with attnserve_server(imported, ATTNSERVE_ENV, [attnserve]) as server:
-            results[("attnserve", decoding)] = measure(server, sentences, ATTNSERVE_OPTIONS[decoding], args.seconds)
+        with attnserve_server(imported, {**ATTNSERVE_ENV, **ATTNSERVE_DECODING[decoding]}, [attnserve]) as server:
+            results[("attnserve", decoding)] = measure(server, sentences, {}, args.seconds)
         print(f"LibreTranslate, {decoding}", flush=True)
         with libretranslate_server(python, {**lt_env, **LT_ENV[decoding]}) as server:
             results[("LibreTranslate", decoding)] = measure(server, sentences, {}, args.seconds)
@@ -205,9 +210,9 @@ one that keeps each text whole, as attnserve is set to decode each text whole; a
 alone, pinned to one core (`taskset -c {SERVER_CORE}`), the closed-loop load generator on core {CLIENT_CORE},
 {args.seconds:g} s a cell after a warm-up, {len(sentences)} held-out sentences of the test split, one sentence a
 text. Greedy: attnserve one thread (its defaults), LibreTranslate `ARGOS_BEAM_SIZE=1` and one CTranslate2 thread;
-LibreTranslate's defaults: beam 4 and its thread settings, attnserve `beam_size` 4 with argos-translate's length
-penalty 0.2. The machine was shared with other work: load average {args.load:.1f} on its {os.cpu_count()} cores
-when the run began.
+LibreTranslate's defaults: beam 4 and its thread settings, attnserve `ATTNSERVE_DEFAULT_BEAM_SIZE=4
+ATTNSERVE_DEFAULT_LENGTH_PENALTY=0.2` (argos-translate's), the requests naming neither, as Weblate's. The machine was
+shared with other work: load average {args.load:.1f} on its {os.cpu_count()} cores when the run began.
 
 Peak RSS: {rss}.
 

@@ -186,8 +186,21 @@ class Metrics:
         )
         self.packages = Gauge(
             p + "argos_packages",
-            "Argos packages in ATTNSERVE_ARGOS_PACKAGES at start-up: served, or skipped (the log names each).",
+            "Argos packages in ATTNSERVE_ARGOS_PACKAGES at start-up or the last reload: served, or skipped (the log "
+            "names each).",
             ["state"],
+            registry=r,
+        )
+        self.reloads = Counter(
+            p + "reloads_total",
+            "Reloads of the bundle directories and the packages (SIGHUP, or a change seen), by result: done, failed.",
+            ["result"],
+            registry=r,
+        )
+        self.bundles_skipped = Gauge(
+            p + "bundles_skipped",
+            "Bundles of ATTNSERVE_BUNDLES the last reload could not serve (broken, two of one pair, a failed load); "
+            "the log names each.",
             registry=r,
         )
         for reason in REJECT_REASONS:
@@ -219,7 +232,7 @@ class Metrics:
             self.gpu_memory.labels(kind).set_function(partial(_nth, read, index))
 
     def observe_packages(self, served: list[bool]) -> None:
-        """Whether each package found at start-up is served."""
+        """Whether each package found at start-up (or by the last reload) is served."""
         self.packages.labels("served").set(sum(served))
         self.packages.labels("skipped").set(len(served) - sum(served))
 

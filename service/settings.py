@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from service.http.keys import KeysFileError, read_keys_file
@@ -21,15 +21,38 @@ MODEL_BUNDLES = Path(__file__).resolve().parent.parent / "model" / "bundles"  # 
 EN_JA = MODEL_BUNDLES / "en-ja"
 
 
+class PairDecoding(BaseModel):
+    """One pair's decoding defaults (``pair_defaults``' values): each field unset falls back to the global one."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    beam_size: int | None = Field(None, ge=1, le=8)
+    length_penalty: float | None = Field(None, ge=0.0, le=4.0)
+
+
 class Settings(BaseSettings):
     """Every field is an environment variable: ``ATTNSERVE_<FIELD>`` (lists as JSON or comma-separated)."""
 
     model_config = SettingsConfigDict(env_prefix="ATTNSERVE_", env_file=".env", extra="ignore")
 
     bundles: Annotated[list[Path], NoDecode] = Field(
-        default_factory=lambda: bundle_dirs([MODEL_BUNDLES]),
+        default_factory=lambda: [MODEL_BUNDLES],
         description="Bundle directories to serve, one per language pair; a directory of bundles stands for each "
-        "bundle in it, in name order. Unset: every bundle under model/bundles.",
+        "bundle in it, in name order (read again on a reload). Unset: every bundle under model/bundles.",
+    )
+    reload_interval_s: float = Field(
+        2.0,
+        ge=0,
+        description="How often the directories of BUNDLES, the packages directory and argos_cache are looked at "
+        "(their entries' names and times); on a change, as on SIGHUP, the bundles and packages are read again: new "
+        "ones loaded and served, gone ones unloaded once their requests in flight end, broken ones skipped (logged, "
+        "counted). 0 = only on SIGHUP.",
+    )
+    shipped_bundles: Path = Field(
+        MODEL_BUNDLES,
+        description="Where the bundles that come with attnserve are (model/bundles; the images set theirs): a "
+        "pair that a bundle elsewhere in BUNDLES or a package also serves is served from that one, the user's, and "
+        "the shipped bundle is shadowed (logged; `attnserve models` names it).",
     )
     argos_packages: Path | None = Field(
         None,
@@ -195,6 +218,26 @@ class Settings(BaseSettings):
     max_length: int = Field(
         256, ge=1, description="Largest max_length (generated tokens); the default is min(this, 2 × source + 10)."
     )
+    default_beam_size: int = Field(
+        1,
+        ge=1,
+        le=8,
+        description="The beam of a request that names no beam_size (at most max_beam_size): 1 = greedy, the "
+        "fastest; LibreTranslate decodes with 4 (often better translations, several hypotheses decoded a text).",
+    )
+    default_length_penalty: float = Field(
+        1.0,
+        ge=0.0,
+        le=4.0,
+        description="The length penalty of a request that names none: finished beam hypotheses rank by score / "
+        "length^this; LibreTranslate passes 0.2 to CTranslate2 (shorter hypotheses favoured more).",
+    )
+    pair_defaults: dict[str, PairDecoding] = Field(
+        default_factory=dict,
+        description='Per pair, decoding defaults over the two above, as JSON: {"en-de": {"beam_size": 4, '
+        '"length_penalty": 0.2}}; a key is a served pair, source-target, a pivot pair\'s applying to both of its '
+        "hops. A request's own beam_size or length_penalty wins over both.",
+    )
 
     sentence_split_chars: int = Field(
         200,
@@ -293,11 +336,6 @@ class Settings(BaseSettings):
             return [v.strip() for v in value.split(",") if v.strip()]
         return value
 
-    @field_validator("bundles", mode="after")
-    @classmethod
-    def _expand_bundles(cls, value: list[Path]) -> list[Path]:
-        return bundle_dirs(value)
-
     @field_validator("argos_packages", mode="before")
     @classmethod
     def _empty_is_none(cls, value: object) -> object:
@@ -311,12 +349,37 @@ class Settings(BaseSettings):
         default = argos_packages_dir()
         return default if default.is_dir() else None
 
+    def is_shipped(self, path: Path) -> bool:
+        """Whether ``path`` is one of the bundles under ``shipped_bundles``."""
+        return path.resolve().is_relative_to(self.shipped_bundles.resolve())
+
     def served_bundles(self) -> list[Path]:
         """The bundle directories served beside the packages: none when ``argos_packages`` is set and ``bundles``
         is not (a LibreTranslate installation's packages alone), else ``bundles``."""
         if self.argos_packages is not None and "bundles" not in self.model_fields_set:
             return []
-        return self.bundles
+        return self.bundle_paths()
+
+    def bundle_paths(self) -> list[Path]:
+        """``bundles`` with each directory of bundles replaced by the bundles in it now, in name order."""
+        return bundle_dirs(self.bundles)
+
+    def decoding(self, pair: tuple[str, str]) -> tuple[int, float]:
+        """The beam size and length penalty a request to ``pair`` that names neither decodes with: the pair's
+        entry of ``pair_defaults``, else the global defaults."""
+        entry = self.pair_defaults.get("-".join(pair), PairDecoding())
+        beam = self.default_beam_size if entry.beam_size is None else entry.beam_size
+        penalty = self.default_length_penalty if entry.length_penalty is None else entry.length_penalty
+        return beam, penalty
+
+    @model_validator(mode="after")
+    def _check_beams(self) -> Settings:
+        beams: dict[str, int | None] = {"default_beam_size": self.default_beam_size}
+        beams.update({f"pair_defaults[{k!r}].beam_size": v.beam_size for k, v in self.pair_defaults.items()})
+        for name, beam in beams.items():
+            if beam is not None and beam > self.max_beam_size:
+                raise ValueError(f"{name}={beam} is over max_beam_size={self.max_beam_size}: lower it, or raise both")
+        return self
 
     @model_validator(mode="after")
     def _check_keys_file(self) -> Settings:

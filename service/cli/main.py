@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--bundle", type=Path, default=None, help="bundle directory (default: the first bundle serving --target)"
     )
-    p.add_argument("--beam-size", type=int, default=1)
+    p.add_argument("--beam-size", type=int, default=None, help="default: the settings' default_beam_size")
     p.add_argument("--target", default=None, help="target language (default: the first bundle's first)")
     p.add_argument("--json", action="store_true", help="print the texts as a JSON list")
     attention_cli.add_parser(sub)
@@ -123,7 +123,7 @@ def local(args: argparse.Namespace, settings: Settings) -> int:
     from service.serving.translation import Options
 
     try:
-        engine = Engine.load(bundle_for(settings.bundles, target=args.target), settings, args.target)
+        engine = Engine.load(bundle_for(settings.bundle_paths(), target=args.target), settings, args.target)
         if args.command == "attention":
             return attention_cli.main(args, engine)
         texts = [t.text for t in engine.translate_now(args.text, Options(beam_size=args.beam_size))]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from contextlib import suppress
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ class Model:
     precision: list[str]  # the floating-point types of the float32 graphs' stored weights
     variants: dict[str, str]  # variant -> "shipped", "derived" or "not derived yet"
     serves: str  # the variant /translate serves: ATTNSERVE_GRAPH_VARIANT, else the bundle's default_variant
+    shadowed_by: str | None = None  # a shipped bundle not served: the user's bundle or package that serves its pair
 
 
 def add_parser(sub: Any) -> None:
@@ -69,7 +70,8 @@ def main(args: Any, settings: Settings) -> int:
         except (OSError, ValueError, KeyError, TypeError) as e:
             print(f"attnserve: {path}: cannot be read as a bundle ({type(e).__name__}: {e})", file=sys.stderr)
             return 2
-    direct = [p for m in models for p in m.pairs]
+    models = shadowing(models, settings)
+    direct = [p for m in models if m.shadowed_by is None for p in m.pairs]
     pivoted = [(p.source, p.via, p.target) for p in pivots(direct, settings.pivot_language)]
     if args.json:
         listing = {"bundles": [asdict(m) for m in models], "packages": [asdict(p) for p in found], "pivots": pivoted}
@@ -79,9 +81,21 @@ def main(args: Any, settings: Settings) -> int:
     return 0
 
 
+def shadowing(models: list[Model], settings: Settings) -> list[Model]:
+    """``models`` with each shipped bundle whose pair the user's bundles or packages serve marked as shadowed by
+    the one that serves it (service/serving/startup.py's precedence)."""
+    users = {p: m.path for m in models if not settings.is_shipped(Path(m.path)) for p in m.pairs}
+    out = []
+    for m in models:
+        taken = [p for p in m.pairs if p in users] if settings.is_shipped(Path(m.path)) else []
+        out.append(replace(m, shadowed_by=users[taken[0]]) if taken else m)
+    return out
+
+
 def listed_packages(settings: Settings) -> list[PackageRow]:
     """The packages directory's packages as a server would find them (none imported here): a package whose pair
-    a bundle of ``BUNDLES`` or an earlier package already serves is ``shadowed``, its bundle not served.
+    a user's bundle of ``BUNDLES`` (not a shipped one) or an earlier package already serves is ``shadowed``, its
+    bundle not served.
 
     Raises:
         OSError: the directory cannot be listed.
@@ -90,7 +104,7 @@ def listed_packages(settings: Settings) -> list[PackageRow]:
     if directory is None:
         return []
     taken: set[Pair] = set()
-    for path in settings.served_bundles():
+    for path in [p for p in settings.served_bundles() if not settings.is_shipped(p)]:
         with suppress(OSError, ValueError, KeyError, TypeError):
             taken.update(pairs_of(Manifest.read(path)))
     rows = []
@@ -179,13 +193,17 @@ def precision(graphs: list[Path]) -> list[str]:
 def table(models: list[Model], pivoted: list[tuple[str, str, str]], found: list[PackageRow]) -> str:
     """The plain table: one line a bundle, then the Argos packages, then the pivot pairs."""
     rows = [("bundle", "pairs", "parameters", "disk", "precision", "variants", "serves", "origin")]
-    for m in models:
+    for m in [m for m in models if m.shadowed_by is None]:
         variants = ", ".join(v if s == "shipped" else f"{v} ({s})" for v, s in m.variants.items())
         pairs = " ".join(f"{s}→{t}" for s, t in m.pairs)
         size = f"{m.disk_bytes / (1 << 20):.1f} MiB"
         rows.append((m.name, pairs, f"{m.parameters:,}", size, "/".join(m.precision), variants, m.serves, m.origin))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     lines = ["  ".join([*(c.ljust(w) for c, w in zip(r, widths, strict=False)), r[-1]]).rstrip() for r in rows]
+    shadowed = [m for m in models if m.shadowed_by is not None]
+    if shadowed:
+        lines += ["", "shadowed (shipped, not served: the user's models serve their pairs):"]
+        lines += [f"  {m.name}  {' '.join('→'.join(p) for p in m.pairs)}  by {m.shadowed_by}" for m in shadowed]
     if found:
         lines += ["", "Argos packages:"]
         for p in found:

@@ -35,7 +35,7 @@ def add_parser(sub: Any) -> None:
         "--bundle", type=Path, default=None, help="bundle directory without --url (default: one serving the pair)"
     )
     p.add_argument("--batch-size", type=int, default=32, help="texts a batch (default 32)")
-    p.add_argument("--beam-size", type=int, default=1)
+    p.add_argument("--beam-size", type=int, default=None, help="default: the server's")
     p.add_argument("--no-fuzzy", action="store_true", help="do not mark filled entries fuzzy")
 
 
@@ -51,7 +51,7 @@ def local_batch(args: argparse.Namespace, settings: Settings) -> TranslateBatch:
     from service.serving.engine import Engine
     from service.serving.translation import Options
 
-    engine = Engine.load(bundle_for(settings.bundles, args.source, args.target), settings)
+    engine = Engine.load(bundle_for(settings.bundle_paths(), args.source, args.target), settings)
     if args.target in engine.bundle.targets:
         engine = engine.for_target(args.target)
     if engine.pair != (args.source, args.target):
@@ -73,7 +73,7 @@ def remote_batch(args: argparse.Namespace, client: Any) -> TranslateBatch:
         body: dict[str, Any] = {"q": texts, "source": args.source, "target": args.target, "format": "text"}
         if args.api_key:
             body["api_key"] = args.api_key
-        if args.beam_size > 1:
+        if args.beam_size is not None:
             body["beam_size"] = args.beam_size
         try:
             response = await client.post("/translate", json=body)

@@ -24,12 +24,12 @@ def check_texts(settings: Settings, texts: Sequence[str]) -> None:
 
 
 def check_options(settings: Settings, options: Options) -> None:
-    """Raises OptionOverLimit for a beam (widened for the alternatives) or a max_length over the settings';
+    """Raises OptionOverLimit for a beam asked for (widened for the alternatives) or a max_length over the settings';
     InvalidField for ``raw`` with glossary or kept terms (which need masking)."""
     s = settings
     if options.raw and (options.glossary or options.keep):
         raise InvalidField("raw: the text goes to the model as given, and glossary and keep need masking; send one")
-    beam = options.beam
+    beam = max(options.beam_size or 1, options.alternatives + 1)
     if beam > s.max_beam_size:
         raise OptionOverLimit(
             f"beam_size={beam} is over the limit max_beam_size={s.max_beam_size}", "max_beam_size", s.max_beam_size

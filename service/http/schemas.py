@@ -93,9 +93,13 @@ class TranslateRequest(BaseModel):
         "other (fewer when it finds fewer); the beam widens to at least alternatives + 1.",
     )
     api_key: str | None = Field(None, description="API key, when the server requires one.")
-    beam_size: int | None = Field(None, ge=1, description="1 = greedy (default); up to the server's max_beam_size.")
+    beam_size: int | None = Field(
+        None, ge=1, description="1 = greedy; up to the server's max_beam_size. Default: the server's (docs/API.md)."
+    )
     max_length: int | None = Field(None, ge=1, description="Most tokens to generate per text.")
-    length_penalty: float = Field(1.0, ge=0.0, le=4.0, description="Beam ranking: score / length^length_penalty.")
+    length_penalty: float | None = Field(
+        None, ge=0.0, le=4.0, description="Beam ranking: score / length^length_penalty. Default: the server's."
+    )
     return_details: bool = Field(False, description="Add tokens, scores and a cross-attention alignment.")
     glossary: dict[str, str] | None = Field(
         None, description="Source term → target term: each term found in a text is in its translation as given."
@@ -209,7 +213,7 @@ class AttentionRequest(BaseModel):
     layers: list[int] | None = Field(None, description="Layer indices to return (default all).")
     heads: list[int] | None = Field(None, description="Head indices to return (default all).")
     kinds: list[Kind] = Field(["encoder", "decoder", "cross"], min_length=1, description="Attention kinds.")
-    beam_size: int = Field(1, ge=1, description="1 = greedy.")
+    beam_size: int | None = Field(None, ge=1, description="1 = greedy. Default: the server's, as /translate's.")
     max_length: int | None = Field(None, ge=1)
     api_key: str | None = None
     encoding: Literal["json", "float16", "uint8"] = Field(

@@ -188,6 +188,7 @@ class Engine:
             have = ", ".join(bundle.targets)
             raise UnknownPair(f"{bundle.name} translates {bundle.source_lang} into {have}, not {target}")
         self.target = target
+        self.decoding = settings.decoding((bundle.source_lang, target))  # a request's beam and penalty by default
         self.prefix = bundle.targets[target]  # ids that open every source, as the model was trained
         glossary = read_glossary(settings.glossary_dir, bundle.source_lang, target)
         self.text = TextPipeline(
@@ -323,7 +324,7 @@ class Engine:
         def translate(missing: list[str]) -> Awaitable[list[Translation]]:
             return self._translate(missing, options, gone, arrival)
 
-        key = (self._entries, self.target, cache_key(options))
+        key = (self._entries, self.target, cache_key(options.defaulted(*self.decoding)))
         out, missing = await through_cache(self.cache, texts, key, translate, translation_strings)
         self._on_cache(len(texts) - missing, missing)
         return out
@@ -599,12 +600,14 @@ class Engine:
         prefix = self.tokenizer.target_prefix  # forced, and not counted in the length asked for
         max_length = options.max_length or min(s.max_length, 2 * len(src) + 10)
         max_length = min(max_length + len(prefix), self.bundle.spec.max_positions)
-        beam = options.beam
+        beam_size, length_penalty = self.decoding
+        beam_size = beam_size if options.beam_size is None else options.beam_size
+        beam = max(beam_size, options.alternatives + 1)  # widened to give the alternatives
         return DecodeRequest(
             src=src,
             beam_size=beam,
             max_length=max_length,
-            length_penalty=options.length_penalty,
+            length_penalty=length_penalty if options.length_penalty is None else options.length_penalty,
             n_best=beam if options.alternatives else 1,  # every hypothesis the beam finishes: distinct() picks
             forced=forced,
             attention=attention,

@@ -5,7 +5,9 @@ Every pair has a bundle behind it (several pairs may share one: a multi-target b
 it, or at start-up by :meth:`PairRegistry.preload`, and counts
 its footprint against a memory bound. When loading one more would pass the bound, the least recently used bundle
 with no request in flight is unloaded; when none can be, the request gets :class:`~service.errors.ModelsBusy`.
-Concurrent first requests for one bundle wait on one load.
+Concurrent first requests for one bundle wait on one load. The bundles served may change while serving
+(:meth:`PairRegistry.serve`, a reload): a bundle no longer served leaves its pairs at once and is unloaded once its
+requests in flight have ended.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ class Slot(Generic[E]):
     loading: asyncio.Future[Mapping[Pair, E]] | None = None
     in_flight: int = 0
     used: float = field(default_factory=time.monotonic)
+    retired: bool = False  # no longer served: unloaded once no request holds it
 
     @property
     def state(self) -> State:
@@ -86,6 +89,46 @@ class PairRegistry(Generic[E]):
         self._unloading: set[asyncio.Task[None]] = set()
         self._started = False  # preload done: later load failures are logged here
 
+    def stage(self, bundles: Sequence[Bundle]) -> None:
+        """Add slots for ``bundles`` not registered yet, serving no pair until :meth:`serve` names them (so that
+        :meth:`preload` can warm them first)."""
+        have = {id(s.bundle) for s in self.slots}
+        self.slots += [Slot[E](b, disk_bytes(b.path, b.manifest)) for b in bundles if id(b) not in have]
+
+    def serve(self, bundles: Sequence[Bundle]) -> None:
+        """Serve exactly ``bundles``' pairs from now on (each pair from the first that names it), staging the new
+        ones; every other bundle is retired: out of the pairs at once, unloaded once no request holds it."""
+        self.stage(bundles)
+        wanted = {id(b) for b in bundles}
+        by_pair: dict[Pair, Slot[E]] = {}
+        for slot in self.slots:
+            if id(slot.bundle) in wanted:
+                for pair in pairs_of(slot.bundle.manifest):
+                    by_pair.setdefault(pair, slot)
+        self._by_pair = by_pair
+        for slot in [s for s in self.slots if id(s.bundle) not in wanted]:
+            slot.retired = True
+            if not slot.in_flight:
+                self._retire(slot)
+
+    def drop(self, bundle: Bundle) -> None:
+        """Retire a staged bundle that will not be served (its load failed)."""
+        for slot in [s for s in self.slots if s.bundle is bundle]:
+            slot.retired = True
+            self._retire(slot)
+
+    def _retire(self, slot: Slot[E]) -> None:
+        """Take a retired slot with no request in flight out, its engines unloaded (or its load cancelled)."""
+        self.slots.remove(slot)
+        if slot.loading is not None:
+            slot.loading.cancel()
+        if slot.engine is not None:
+            engine, slot.engine = slot.engine, None
+            log.info("unloading %s (no longer served)", slot.bundle.name)
+            task = asyncio.ensure_future(self._unload(engine))
+            self._unloading.add(task)
+            task.add_done_callback(partial(self._unloaded, list(engine)))
+
     @property
     def pairs(self) -> list[Pair]:
         """Every pair a bundle serves, loaded or not."""
@@ -119,7 +162,7 @@ class PairRegistry(Generic[E]):
         server is ready once they are warm); the others load on first use."""
         for bundle in bundles:
             slot = next(s for s in self.slots if s.bundle is bundle)
-            if self.bound and self._held_bytes() + slot.footprint > self.bound:
+            if slot.engine is not None or (self.bound and self._held_bytes() + slot.footprint > self.bound):
                 continue
             await self._engine(slot)
         self._started = True
@@ -142,6 +185,8 @@ class PairRegistry(Generic[E]):
         finally:
             slot.in_flight -= 1
             slot.used = time.monotonic()
+            if slot.retired and not slot.in_flight and slot in self.slots:
+                self._retire(slot)
 
     async def close(self) -> None:
         """Stop every engine (the lifespan's end): loads in progress are cancelled, unloads awaited."""

@@ -4,7 +4,8 @@ then via→Y, each hop the whole text pipeline of its pair's engine (spans, glos
 The first hop's text is the second hop's input, as a client would send it. A glossary of X→Y (the request's, over
 the ``glossary_dir`` file of X-Y) is enforced on the first hop, which writes its Y terms into the pivot text; the
 second hop keeps those terms as they are (``keep``), so they reach the output unchanged. Each hop's own glossary
-file applies on that hop, under the X→Y terms. Both hops count against the one deadline of the request.
+file applies on that hop, under the X→Y terms. Both hops count against the one deadline of the request. Decoding
+defaults: the X→Y pair's own (``pair_defaults``) on both hops, else each hop's.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from service.errors import PivotOnly
 from service.serving.catalog import Pair, Pivot
 from service.serving.route import Route
 from service.serving.translation import AttentionResult, Filters, Gone, Hop, Options, Translation
+from service.settings import PairDecoding
 
 
 class PivotRoute:
@@ -27,11 +29,20 @@ class PivotRoute:
         first: the route of source → via.
         second: the route of via → target.
         glossary: the pair's own glossary file (source term → target term), under a request's own entries.
+        decoding: the pair's own decoding defaults, under a request's own options and over each hop's.
     """
 
-    def __init__(self, pivot: Pivot, first: Route, second: Route, glossary: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        pivot: Pivot,
+        first: Route,
+        second: Route,
+        glossary: Mapping[str, str] | None = None,
+        decoding: PairDecoding | None = None,
+    ) -> None:
         self.pivot, self.first, self.second = pivot, first, second
         self.glossary = dict(glossary or {})
+        self.decoding = decoding or PairDecoding()
 
     @property
     def pair(self) -> Pair:
@@ -47,6 +58,7 @@ class PivotRoute:
             What :meth:`Route.translate` raises, for either hop.
         """
         arrival = time.monotonic() if arrival is None else arrival
+        options = options.defaulted(self.decoding.beam_size, self.decoding.length_penalty)
         terms = {**self.glossary, **(options.glossary or {})}
         first = replace(options, alternatives=0, glossary=terms or None, alignments=False)
         middle = await self.first.translate(texts, first, gone, arrival)

@@ -9,6 +9,7 @@ load; everything that can be checked without them is checked here, first.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import socket
 from collections.abc import Mapping, Sequence
@@ -19,7 +20,7 @@ from typing import Any
 from service.runtime.bundle import Bundle, BundleError, load_bundle
 from service.serving import packages
 from service.serving.budget import MiB
-from service.serving.catalog import Pair, disk_bytes, pairs_of
+from service.serving.catalog import Pair, disk_bytes, pairs_of, pivots
 from service.settings import Settings
 
 ENV_PREFIX = "ATTNSERVE_"
@@ -27,12 +28,24 @@ log = logging.getLogger("attnserve")
 
 
 @dataclass(frozen=True)
+class Shadowed:
+    """A shipped bundle not served: the user's bundle or package at ``by`` serves its ``pair``."""
+
+    path: Path
+    pair: Pair
+    by: Path
+
+
+@dataclass(frozen=True)
 class Checked:
-    """What start-up serves: the checked bundles (``BUNDLES``' then the packages'), and what became of each
-    package folder (skipped ones with their reason)."""
+    """What start-up serves: the checked bundles (``BUNDLES``' then the packages'), what became of each package
+    folder (skipped ones with their reason), the shipped bundles that the user's models shadow, and why each bundle
+    of ``BUNDLES`` that cannot be served is refused (start-up stops on the first; a reload skips them)."""
 
     bundles: list[Bundle]
     packages: list[packages.Outcome] = dataclasses.field(default_factory=list)
+    shadowed: list[Shadowed] = dataclasses.field(default_factory=list)
+    refused: list[str] = dataclasses.field(default_factory=list)
 
 
 class StartupError(Exception):
@@ -77,12 +90,12 @@ def one_line(text: str) -> str:
 def check(settings: Settings) -> Checked:
     """Every bundle of ``settings``, loaded, verified and checked against the settings and each other; then the
     packages directory's bundles (imported first where the importer runs), a package that cannot be served skipped
-    and logged in one line.
+    and logged in one line; a shipped bundle whose pair the user's models serve is shadowed (:func:`survey`).
 
     Raises:
         StartupError: nothing to serve, an unknown provider, a missing, damaged or inconsistent bundle, the settings'
-            graph variant missing from a bundle, two bundles of one language pair, or a packages directory that
-            cannot be listed.
+            graph variant missing from a bundle, two bundles of one language pair, a packages directory that
+            cannot be listed, or decoding defaults of a pair not served.
     """
     from service.runtime.providers import ProviderError, choose_provider
 
@@ -90,29 +103,104 @@ def check(settings: Settings) -> Checked:
         choose_provider(settings.provider)
     except ProviderError as e:
         raise StartupError(str(e)) from None
-    bundles = [check_bundle(path, settings) for path in settings.served_bundles()]
-    pairs: dict[Pair, Path] = {}
-    for b in bundles:
-        for pair in pairs_of(b.manifest):
-            if pair in pairs:
-                raise StartupError(
-                    f"{b.path} and {pairs[pair]} both translate {'→'.join(pair)}: serve one bundle per pair "
-                    f"({ENV_PREFIX}BUNDLES)"
-                )
-            pairs[pair] = b.path
-        check_fits(b, settings)
-    outcomes = []
-    for outcome in package_outcomes(settings):
-        bundle, outcome = admit(outcome, settings, pairs)
-        outcomes.append(outcome)
-        if bundle is not None:
-            bundles.append(bundle)
-    if not bundles:
+    checked = survey(settings)
+    if checked.refused:
+        raise StartupError(checked.refused[0])
+    if not checked.bundles:
         raise StartupError(
             f"nothing to serve: {ENV_PREFIX}BUNDLES is empty and no Argos package could be served — name at least "
             f"one bundle directory, or set {ENV_PREFIX}ARGOS_PACKAGES to a directory of packages (the log names each)"
         )
-    return Checked(bundles, outcomes)
+    check_pair_defaults(settings, [p for b in checked.bundles for p in pairs_of(b.manifest)])
+    return checked
+
+
+def survey(settings: Settings, known: Mapping[Path, Bundle] | None = None) -> Checked:
+    """What ``settings`` serve now, by precedence: the user's bundles (``BUNDLES`` outside ``shipped_bundles``),
+    then the packages, then the shipped bundles, each pair from the first that serves it; a shipped bundle whose
+    pair is taken is shadowed (logged), a package shadowed by a bundle skipped. ``known``: bundles already checked,
+    by path, not read again (a reload's).
+
+    Raises:
+        StartupError: the packages directory, named explicitly, cannot be listed.
+    """
+    known = known or {}
+    paths = settings.served_bundles()
+    shipped = [p for p in paths if settings.is_shipped(p)]
+    pairs: dict[Pair, Path] = {}  # each served pair's bundle
+    served: dict[Path, Bundle] = {}
+    refused: list[str] = []
+    for path in [p for p in paths if p not in shipped]:
+        admit_bundle(path, settings, known, pairs, served, refused)
+    outcomes, from_packages = [], []
+    for outcome in package_outcomes(settings):
+        bundle, outcome = admit(outcome, settings, pairs, known)
+        outcomes.append(outcome)
+        if bundle is not None:
+            from_packages.append(bundle)
+    shadowed = []
+    for path in shipped:
+        taken = [p for p in manifest_pairs(path) if p in pairs and not settings.is_shipped(pairs[p])]
+        if taken:
+            shadowed.append(Shadowed(path, taken[0], pairs[taken[0]]))
+            log.warning(
+                "%s: shadowed, not served: %s, the user's, serves %s", path, pairs[taken[0]], "→".join(taken[0])
+            )
+            continue
+        admit_bundle(path, settings, known, pairs, served, refused)
+    bundles = [served[p] for p in paths if p in served] + from_packages
+    return Checked(bundles, outcomes, shadowed, refused)
+
+
+def manifest_pairs(path: Path) -> list[Pair]:
+    """The pairs a bundle's manifest names; none when it cannot be read (its check then says why)."""
+    try:
+        return pairs_of(json.loads((path / "manifest.json").read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+
+
+def admit_bundle(
+    path: Path,
+    settings: Settings,
+    known: Mapping[Path, Bundle],
+    pairs: dict[Pair, Path],
+    served: dict[Path, Bundle],
+    refused: list[str],
+) -> None:
+    """One bundle of ``BUNDLES``, checked (or ``known``) and added to ``served`` and ``pairs``; or why not, added
+    to ``refused``."""
+    try:
+        bundle = known[path] if path in known else check_bundle(path, settings)
+        check_fits(bundle, settings)
+    except StartupError as e:
+        refused.append(str(e))
+        return
+    taken = [p for p in pairs_of(bundle.manifest) if p in pairs]
+    if taken:
+        refused.append(
+            f"{bundle.path} and {pairs[taken[0]]} both translate {'→'.join(taken[0])}: serve one bundle per pair "
+            f"({ENV_PREFIX}BUNDLES)"
+        )
+        return
+    pairs.update(dict.fromkeys(pairs_of(bundle.manifest), bundle.path))
+    served[path] = bundle
+
+
+def check_pair_defaults(settings: Settings, direct: list[Pair]) -> None:
+    """Every key of ``pair_defaults`` is a pair served, directly or through the pivot language.
+
+    Raises:
+        StartupError: naming the keys that are not, and the pairs that are.
+    """
+    served = [*direct, *(p.pair for p in pivots(direct, settings.pivot_language))]
+    names = ["-".join(p) for p in served]
+    unknown = [k for k in settings.pair_defaults if k not in names]
+    if unknown:
+        raise StartupError(
+            f"{ENV_PREFIX}PAIR_DEFAULTS names {', '.join(repr(k) for k in unknown)}, which this server does not "
+            f"serve; it serves {', '.join(names)}: key each entry by a served pair, source-target"
+        )
 
 
 def package_outcomes(settings: Settings) -> list[packages.Outcome]:
@@ -141,14 +229,14 @@ def logged_import(folder: Path, out: Path, name: str) -> None:
 
 
 def admit(
-    outcome: packages.Outcome, settings: Settings, pairs: dict[Pair, Path]
+    outcome: packages.Outcome, settings: Settings, pairs: dict[Pair, Path], known: Mapping[Path, Bundle]
 ) -> tuple[Bundle | None, packages.Outcome]:
-    """A package's bundle checked as any bundle, its pairs added to ``pairs``; or None and the outcome saying why
-    it is skipped (logged in one line)."""
+    """A package's bundle checked as any bundle (or ``known``), its pairs added to ``pairs``; or None and the
+    outcome saying why it is skipped (logged in one line)."""
     bundle = None
     if outcome.bundle is not None:
         try:
-            bundle = check_bundle(outcome.bundle, settings)
+            bundle = known[outcome.bundle] if outcome.bundle in known else check_bundle(outcome.bundle, settings)
             taken = [p for p in pairs_of(bundle.manifest) if p in pairs]
             if taken:
                 reason = f"{'→'.join(taken[0])} is served by {pairs[taken[0]]}"

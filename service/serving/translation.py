@@ -4,7 +4,7 @@ translations with their details, /attention's result, and the checks and joins a
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -23,10 +23,10 @@ class Options:
     """Decoding options of one request.
 
     Args:
-        beam_size: 1 = greedy.
+        beam_size: 1 = greedy; None: the pair's default (settings' ``decoding``).
         max_length: generated tokens at most; default min(settings.max_length, 2 × source tokens + 10).
         alternatives: extra translations wanted; the beam widens to at least alternatives + 1.
-        length_penalty: finished beam hypotheses rank by score / length^length_penalty.
+        length_penalty: finished beam hypotheses rank by score / length^length_penalty; None: the pair's default.
         details: add tokens, scores and a cross-attention alignment to each translation.
         glossary: source term → target term, enforced where a term occurs (service/text/).
         keep: terms copied verbatim.
@@ -35,10 +35,10 @@ class Options:
         alignments: give each translation the cross-attention its word alignments are read from.
     """
 
-    beam_size: int = 1
+    beam_size: int | None = None
     max_length: int | None = None
     alternatives: int = 0
-    length_penalty: float = 1.0
+    length_penalty: float | None = None
     details: bool = False
     glossary: Mapping[str, str] | None = None
     keep: tuple[str, ...] = ()
@@ -46,10 +46,13 @@ class Options:
     guard: Guard | None = GUARD
     alignments: bool = False
 
-    @property
-    def beam(self) -> int:
-        """The beam that decodes: ``beam_size``, widened to give the alternatives."""
-        return max(self.beam_size, self.alternatives + 1)
+    def defaulted(self, beam_size: int | None, length_penalty: float | None) -> Options:
+        """These options with an unset ``beam_size`` or ``length_penalty`` set to the one given (None: left unset)."""
+        return replace(
+            self,
+            beam_size=beam_size if self.beam_size is None else self.beam_size,
+            length_penalty=length_penalty if self.length_penalty is None else self.length_penalty,
+        )
 
 
 @dataclass(frozen=True)

@@ -75,16 +75,16 @@ def make_server(tiny_bundle: Path) -> Iterator[ServerFactory]:
 
 @pytest.fixture(scope="module")
 def loading_server(tiny_bundle: Path) -> Iterator[Server]:
-    """A server that listens while its models are still loading, for good: the lifespan's ``start``
-    (service/http/app.py)
-    never ends, so no engine is there yet and /readyz stays 503. Patched only while the lifespan calls it."""
+    """A server that listens while its models are still loading, for good: ``Models.start``
+    (service/serving/models.py) never ends, so no engine is there yet and /readyz stays 503. Patched only while the
+    lifespan calls it."""
 
     async def loading(*args: object) -> None:
         await asyncio.Event().wait()
 
     server = Server(Settings(bundles=[tiny_bundle]))
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("service.http.app.start", loading)
+        patch.setattr("service.serving.models.Models.start", loading)
         server.start("/healthz")
     yield server
     server.__exit__()

@@ -7,8 +7,8 @@ import asyncio
 import httpx
 import pytest
 
-from service.http import app
 from service.runtime.providers import CPU
+from service.serving import models
 from tests.service.conftest import ServerFactory
 
 METRICS = [
@@ -83,8 +83,8 @@ def test_gpu_memory_only_where_a_bundle_runs_on_cuda(
         assert gpu_samples(c.get("/metrics").text) == []  # the CPU: no series at all
 
     reads = iter([(3 << 30, 80 << 30), (3 << 30, 80 << 30)])
-    monkeypatch.setattr(app, "CUDA", CPU)  # the CPU engine stands in for one on CUDA
-    monkeypatch.setattr(app, "device_memory", lambda: next(reads))  # read at scrape time; then it fails
+    monkeypatch.setattr(models, "CUDA", CPU)  # the CPU engine stands in for one on CUDA
+    monkeypatch.setattr(models, "device_memory", lambda: next(reads))  # read at scrape time; then it fails
     with make_server().client() as c:
         assert gpu_samples(c.get("/metrics").text) == [
             'attnserve_gpu_memory_bytes{kind="used"} 3.221225472e+09',

@@ -13,7 +13,6 @@ from fastapi import APIRouter, Request, Response
 
 from service.http.alignments import links_json, rule
 from service.http.arrays import Encoding, encode
-from service.http.auto import detect_sources
 from service.http.body import parse_body
 from service.http.errors import EmptyText, InvalidField
 from service.http.limits import check_options, check_texts
@@ -58,11 +57,11 @@ async def attention(request: Request) -> Response:
     )
     sources = [body.source] * len(texts)
     if body.source == "auto":
-        sources = [d.language for d in detect_sources(state.detector, texts, body.target, list(state.served()))]
+        sources = [d.language for d in state.models.detect_sources(texts, body.target)]
     groups: dict[str, list[int]] = {}
     for i, source in enumerate(sources):
         groups.setdefault(source, []).append(i)
-    routes = {source: state.route(source, body.target)[0] for source in groups}  # every pair checked first
+    routes = {source: state.models.route(source, body.target) for source in groups}  # every pair checked first
     count_under(request, routes[sources[0]].pair)
     check_options(state.settings, options)
     filters = Filters(body.kinds, body.layers, body.heads)

@@ -51,8 +51,8 @@ def candidates(state: State, text: str) -> list[dict[str, Any]]:
     Raises:
         NotReady: a blank text while the engines are still loading (the served languages are not known yet).
     """
-    found = state.detector.detect(text, CANDIDATES)
+    found = state.models.detector.detect(text, CANDIDATES)
     if not found:
-        found = [Detection(next(iter(state.served()))[0], 0.0)]
+        found = [Detection(next(iter(state.models.served()))[0], 0.0)]
     kept = found[:1] + [d for d in found[1:] if d.confidence >= 1]
     return [{"confidence": d.confidence, "language": d.language} for d in kept]

@@ -129,7 +129,7 @@ async def translate_upload(request: Request, form: FormData) -> JSONResponse:
     target = field("target")
     if not target:
         raise InvalidField("target: missing; send the target language code, as GET /languages lists it")
-    route, _ = state.route(field("source") or "auto", target)
+    route = state.models.route(field("source") or "auto", target)
     count_under(request, route.pair)
     data = await upload.read(settings.max_file_bytes + 1)
     if len(data) > settings.max_file_bytes:

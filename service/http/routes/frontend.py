@@ -20,7 +20,7 @@ async def frontend_settings(request: Request) -> dict[str, Any]:
     """Limits, keys, file formats and the default languages, in LibreTranslate's shape."""
     state = state_of(request)
     s = state.settings
-    target = next(iter(state.served()))[1]  # the first served pair's target
+    target = next(iter(state.models.served()))[1]  # the first served pair's target
     return {
         "charLimit": s.max_chars,
         "frontendTimeout": s.frontend_timeout_ms,

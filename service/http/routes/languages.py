@@ -36,7 +36,7 @@ async def languages(request: Request) -> list[dict[str, Any]]:
     """Every language of the served pairs with its ``targets``, as LibreTranslate lists them."""
     state = state_of(request)
     targets: dict[str, set[str]] = {}
-    for source, target in state.served():
+    for source, target in state.models.served():
         targets.setdefault(source, set()).add(target)
         targets.setdefault(target, set())
     return [{"code": c, "name": language_name(c), "targets": sorted(t)} for c, t in sorted(targets.items())]

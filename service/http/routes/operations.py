@@ -25,11 +25,11 @@ async def readyz(request: Request) -> Response:
     have decoded once; the others load on first use (503 while loading, after a start-up failure, and while
     draining on SIGTERM: service/http/drain.py answers then). ``models`` names every bundle, ``loaded`` those
     loaded now."""
-    state = state_of(request)
-    if not state.ready or state.pairs is None:
-        return error(503, state.not_ready, {"Retry-After": "1"})
-    models = [s.bundle.name for s in state.pairs.slots]
-    return JSONResponse({"status": "ready", "models": models, "loaded": [b.name for b in state.pairs.loaded()]})
+    served = state_of(request).models
+    if not served.ready:
+        return error(503, served.not_ready, {"Retry-After": "1"})
+    models, loaded = served.bundles()
+    return JSONResponse({"status": "ready", "models": models, "loaded": loaded})
 
 
 @router.get("/metrics", include_in_schema=False)

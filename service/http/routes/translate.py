@@ -11,7 +11,6 @@ from fastapi import APIRouter, Request
 from service.formats.base import Translate
 from service.formats.html import translate_html
 from service.http.alignments import links_json, rule
-from service.http.auto import detect_sources, translate_auto
 from service.http.errors import InvalidField
 from service.http.lean import LeanRoute, OrjsonResponse, json_body
 from service.http.limits import check_options, check_texts
@@ -39,8 +38,9 @@ async def translate(request: Request) -> OrjsonResponse:
     state = state_of(request)
     body = await json_body(request, TranslateRequest)
     state.admission.check(request, body.api_key, body.q)
-    routes = state.served()  # 503 while loading, whatever the source
-    route = None if body.source == "auto" else state.route(body.source, body.target)[0]  # auto: per text, below
+    models = state.models
+    models.served()  # 503 while loading, whatever the source
+    route = None if body.source == "auto" else models.route(body.source, body.target)  # auto: per text, below
     if route is not None:
         count_under(request, route.pair)
     texts = [body.q] if isinstance(body.q, str) else body.q
@@ -48,7 +48,7 @@ async def translate(request: Request) -> OrjsonResponse:
     if route is None:
         check_unicode(texts)  # before language detection, which cannot read an unpaired surrogate
     options = Options(
-        beam_size=body.beam_size or 1,
+        beam_size=body.beam_size,
         max_length=body.max_length,
         alternatives=body.alternatives,
         length_penalty=body.length_penalty,
@@ -66,9 +66,7 @@ async def translate(request: Request) -> OrjsonResponse:
         translations, detected = await translate_pages(request, body, texts, options, arrival)
     elif route is None:
         gone = request.is_disconnected
-        translations, detected = await translate_auto(
-            routes, state.detector, texts, body.target, options, gone, arrival
-        )
+        translations, detected = await models.translate_auto(texts, body.target, options, gone, arrival)
         count_under(request, (detected[0].language, body.target))
     else:
         translations = await route.translate(texts, options, request.is_disconnected, arrival)
@@ -83,12 +81,12 @@ async def translate_pages(
     detected = None
     sources = [body.source] * len(pages)
     if body.source == "auto":
-        detected = detect_sources(state.detector, pages, body.target, list(state.served()))
+        detected = state.models.detect_sources(pages, body.target)
         sources = [d.language for d in detected]
     plain = replace(options, alternatives=0, details=False, alignments=False)
     translations = []
     for page, source in zip(pages, sources, strict=True):
-        route = state.route(source, body.target)[0]
+        route = state.models.route(source, body.target)
         count_under(request, route.pair)
         units = html_translator(route, plain, state.settings.max_texts, arrival)
         translations.append(Translation(await translate_html(page, units), [], None))

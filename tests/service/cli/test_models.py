@@ -103,3 +103,17 @@ def test_each_bundle_shows_the_variant_it_serves(
     monkeypatch.setenv("ATTNSERVE_GRAPH_VARIANT", "float32")
     assert main(run(bundles, "--json")) == 0
     assert {b["serves"] for b in json.loads(capsys.readouterr().out)["bundles"]} == {"float32"}
+
+
+def test_a_shipped_bundle_whose_pair_the_users_serve_is_named_shadowed(
+    tiny_bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shipped = pair_bundle(tiny_bundle, tmp_path / "shipped", "en", "de")
+    users = pair_bundle(tiny_bundle, tmp_path / "mine", "en", "de")
+    monkeypatch.setenv("ATTNSERVE_SHIPPED_BUNDLES", str(tmp_path / "shipped"))
+    assert main(run([shipped, users], "--json")) == 0
+    listed = {b["path"]: b["shadowed_by"] for b in json.loads(capsys.readouterr().out)["bundles"]}
+    assert listed == {str(shipped): str(users), str(users): None}
+    assert main(run([shipped, users])) == 0
+    table = capsys.readouterr().out
+    assert f"  tiny-en-de  en→de  by {users}" in table.split("shadowed (shipped, not served")[1]

@@ -83,7 +83,8 @@ def test_by_default_every_bundle_is_loaded_before_ready(make_server: ServerFacto
 def test_every_bundle_shares_the_process_memory_budget_and_cache(tiny_bundle: Path, tmp_path: Path) -> None:
     bundles = [tiny_bundle, pair_bundle(tiny_bundle, tmp_path, "en", "de")]
     with Server(Settings(bundles=bundles, memory_budget_mb=64, cache_mb=2)) as server:
-        registry = server.app.state.attnserve.pairs
+        registry = server.app.state.attnserve.models.registry
+        assert registry is not None
         ja, de = registry.engines()
         assert ja.budget is de.budget and ja.budget.capacity == 64 * MiB
         assert ja.cache is de.cache and ja.cache is not None and ja.cache.capacity == 2 * MiB

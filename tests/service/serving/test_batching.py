@@ -92,7 +92,7 @@ def test_two_decoding_threads_give_the_same_answers_and_share_the_work(
     monkeypatch.setattr(BatchDecoder, "step", recorded)
     b = asyncio.run(concurrently(two.url, bodies))
     assert [r.json() for r in a] == [r.json() for r in b]
-    (engine,) = two.app.state.attnserve.pairs.engines()
+    (engine,) = two.app.state.attnserve.models.registry.engines()
     schedulers = engine.schedulers["fast"]
     assert len(schedulers) == 2 and all(s.decoder.runner is engine.runners.fast for s in schedulers)
     assert stepped == {id(s.decoder) for s in schedulers}, "both decoding threads should have decoded"

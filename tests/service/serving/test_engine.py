@@ -298,3 +298,31 @@ def test_a_device_decoder_leaves_forced_and_constrained_requests_to_the_exact_ru
     assert out == Engine.load(tiny_bundle, Settings(bundles=[tiny_bundle])).translate_now(
         [*SPAN_TEXTS, "Delete the selected files?"], Options()
     )
+
+
+LIBRETRANSLATE = '{"en-de": {"beam_size": 4, "length_penalty": 0.2}}'
+
+
+def decoded_with(engine: Engine, options: Options) -> tuple[int, float]:
+    request = engine._request("Open the file", options, False)
+    return request.beam_size, request.length_penalty
+
+
+def test_a_request_naming_no_decoding_gets_the_pairs_defaults_then_the_global_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert decoded_with(fake_engine(), Options()) == (1, 1.0)  # unset: greedy, no penalty
+    monkeypatch.setenv("ATTNSERVE_DEFAULT_BEAM_SIZE", "2")
+    monkeypatch.setenv("ATTNSERVE_DEFAULT_LENGTH_PENALTY", "0.6")
+    monkeypatch.setenv("ATTNSERVE_PAIR_DEFAULTS", LIBRETRANSLATE)
+    bundle = Bundle(targets={"de": [], "ja": []})
+    de, ja = fake_engine(bundle).for_targets()
+    assert (de.pair, decoded_with(de, Options())) == (("en", "de"), (4, 0.2))  # the pair's
+    assert (ja.pair, decoded_with(ja, Options())) == (("en", "ja"), (2, 0.6))  # the global ones
+    assert decoded_with(de, Options(beam_size=1)) == (1, 0.2)  # the request's own, field by field
+    assert decoded_with(de, Options(length_penalty=1.0, alternatives=5)) == (6, 1.0)  # widened for alternatives
+
+
+def test_a_pair_entry_may_set_one_field_and_the_global_gives_the_other() -> None:
+    engine = fake_engine(pair_defaults={"en-ja": {"length_penalty": 0.2}}, default_beam_size=3)
+    assert decoded_with(engine, Options()) == (3, 0.2)

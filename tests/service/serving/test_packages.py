@@ -182,3 +182,9 @@ def test_without_the_importer_the_cache_is_served_and_the_rest_named(
     beside = startup.check(Settings(bundles=[tiny_bundle], argos_packages=packages, argos_cache=cache))
     assert beside.bundles[0].path == tiny_bundle and len(beside.bundles) == len(PACKAGES)  # en→ja: the bundle's
     assert {o.folder.name: o.state for o in beside.packages}["translate-en_ja-1_0"] == "shadowed"
+    shipped = startup.check(
+        Settings(bundles=[tiny_bundle], argos_packages=packages, argos_cache=cache, shipped_bundles=tiny_bundle)
+    )  # the user's package serves en→ja: the shipped bundle is shadowed
+    assert tiny_bundle not in [b.path for b in shipped.bundles] and len(shipped.bundles) == len(PACKAGES)
+    assert [(s.path, s.pair) for s in shipped.shadowed] == [(tiny_bundle, ("en", "ja"))]
+    assert {o.folder.name: o.state for o in shipped.packages}["translate-en_ja-1_0"] == "cached"

@@ -164,3 +164,47 @@ def test_the_pairs_of_a_multi_target_bundle_share_one_load(tiny_bundle: Path, tm
     assert loads.loaded == ["tiny-en-ja"]
     assert r.pairs == [("en", "ja"), ("en", "ko")]
     assert r.pair_states() == {"loaded": 2, "loading": 0, "unloaded": 0}
+
+
+def test_a_bundle_no_longer_served_leaves_its_pairs_at_once_and_unloads_after_its_requests(
+    bundles: list[Bundle], tiny_bundle: Path, tmp_path: Path
+) -> None:
+    loads = Loads()
+    en_ja, ja_en, en_de = bundles
+    r = registry([en_ja, ja_en], loads)
+    en_fr = load_bundle(pair_bundle(tiny_bundle, tmp_path, "en", "fr"))
+
+    async def run() -> None:
+        async with r.use(("ja", "en")) as held:  # a request in flight on ja→en
+            r.stage([en_fr, en_de])
+            await r.preload([en_fr])  # warmed before it is served
+            assert ("en", "fr") not in r.pairs and loads.loaded == ["tiny-ja-en", "tiny-en-fr"]
+            r.serve([en_ja, en_fr])  # ja→en gone, en→fr in; en→de staged but not served: dropped
+            assert r.pairs == [("en", "ja"), ("en", "fr")]
+            with pytest.raises(UnknownPair, match="serves en→ja, en→fr"):
+                await use(r, ("ja", "en"))
+            await asyncio.sleep(0)
+            assert loads.unloaded == [] and held == "tiny-ja-en"  # still held: not unloaded
+        await asyncio.sleep(0)
+        assert loads.unloaded == ["tiny-ja-en"]  # its request ended
+        assert await use(r, ("en", "fr")) == "tiny-en-fr"
+
+    asyncio.run(run())
+    assert [s.bundle.name for s in r.slots] == ["tiny-en-ja", "tiny-en-fr"]
+    assert r.pair_states() == {"loaded": 1, "loading": 0, "unloaded": 1}
+
+
+def test_a_staged_bundle_whose_load_fails_is_dropped(bundles: list[Bundle]) -> None:
+    loads = Loads()
+    en_ja, ja_en, _ = bundles
+    r = registry([en_ja], loads)
+
+    async def run() -> None:
+        r.stage([ja_en])
+        loads.fail = True
+        with pytest.raises(PairUnavailable):
+            await r.preload([ja_en])
+        r.drop(ja_en)
+
+    asyncio.run(run())
+    assert [s.bundle.name for s in r.slots] == ["tiny-en-ja"] and r.pairs == [("en", "ja")]

@@ -3,13 +3,17 @@ then en→de. Each answer equals the two hops asked by hand, with the whole text
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from service.settings import Settings
+from service.serving.catalog import Pivot
+from service.serving.pivot import PivotRoute
+from service.serving.translation import Options, Translation
+from service.settings import PairDecoding, Settings
 from tests.service.conftest import Server
 from tests.service.pair_bundles import pair_bundle
 
@@ -109,3 +113,32 @@ def test_attention_on_a_pivot_pair_names_the_two_pairs_to_ask(pivot_server: Serv
     assert response.status_code == 400
     message = response.json()["error"]
     assert "ja→de is served through en" in message and "'ja', target 'en'" in message and "'en', target 'de'" in message
+
+
+class Recorded:
+    """A direct route that records the options of each call and echoes its texts."""
+
+    def __init__(self, pair: tuple[str, str]) -> None:
+        self.pair, self.options = pair, list[Options]()
+
+    async def translate(self, texts: Any, options: Options, gone: Any = None, arrival: Any = None) -> list[Any]:
+        self.options.append(options)
+        return [Translation(t, [], None) for t in texts]
+
+    async def attention(self, *args: Any) -> Any:
+        raise AssertionError("not called")
+
+
+def hop_decoding(decoding: PairDecoding | None, options: Options) -> list[tuple[int | None, float | None]]:
+    first, second = Recorded(("ja", "en")), Recorded(("en", "de"))
+    route = PivotRoute(Pivot("ja", "en", "de"), first, second, decoding=decoding)
+    asyncio.run(route.translate(["設定"], options))
+    return [(o.beam_size, o.length_penalty) for o in (*first.options, *second.options)]
+
+
+def test_the_pivot_pairs_decoding_defaults_reach_both_hops_under_the_requests() -> None:
+    assert hop_decoding(None, Options()) == [(None, None)] * 2  # each hop's engine applies its pair's defaults
+    lt = PairDecoding(beam_size=4, length_penalty=0.2)
+    assert hop_decoding(lt, Options()) == [(4, 0.2)] * 2
+    assert hop_decoding(lt, Options(beam_size=2)) == [(2, 0.2)] * 2
+    assert hop_decoding(PairDecoding(length_penalty=0.5), Options()) == [(None, 0.5)] * 2

@@ -146,6 +146,11 @@ SETTINGS: dict[str, tuple[dict[str, str], str, str]] = {
     "no bundle": ({"ATTNSERVE_BUNDLES": " "}, "ATTNSERVE_BUNDLES is empty", "name at least one"),
     "keys file unreadable": ({"ATTNSERVE_API_KEYS_FILE": "/nonexistent/k"}, "ATTNSERVE_API_KEYS_FILE", "cannot read"),
     "variant not in the bundle": ({"ATTNSERVE_GRAPH_VARIANT": "int8"}, "no 'int8' graphs", "this bundle has"),
+    "defaults of a pair not served": (
+        {"ATTNSERVE_PAIR_DEFAULTS": '{"en-de": {"beam_size": 4}}'},
+        "ATTNSERVE_PAIR_DEFAULTS names 'en-de'",
+        "it serves en-ja",
+    ),
 }
 
 
@@ -260,3 +265,19 @@ def test_a_bundle_larger_than_the_models_memory_bound_stops_start_up(tiny_bundle
     with pytest.raises(StartupError, match=r"big: its files take 3 MiB, more than ATTNSERVE_MODELS_MEMORY_MB=2"):
         check(Settings(bundles=[bundle], models_memory_mb=2))
     assert check(Settings(bundles=[bundle], models_memory_mb=3))
+
+
+def test_the_users_bundle_serves_a_pair_a_shipped_one_serves_too(
+    tiny_bundle: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from tests.service.pair_bundles import pair_bundle
+
+    shipped = tmp_path / "shipped"
+    en_de, en_ja = pair_bundle(tiny_bundle, shipped, "en", "de"), pair_bundle(tiny_bundle, shipped, "en", "ja")
+    mine = pair_bundle(tiny_bundle, tmp_path / "mine", "en", "de")
+    checked = check(Settings(bundles=[shipped, mine], shipped_bundles=shipped))
+    assert [b.path for b in checked.bundles] == [en_ja, mine]  # BUNDLES' order, the shadowed one left out
+    assert [(s.path, s.pair, s.by) for s in checked.shadowed] == [(en_de, ("en", "de"), mine)]
+    assert f"{en_de}: shadowed, not served: {mine}, the user's, serves en→de" in caplog.text
+    with pytest.raises(StartupError, match="both translate en→de"):  # two of the user's: which one is not known
+        check(Settings(bundles=[mine, shutil.copytree(mine, tmp_path / "again")], shipped_bundles=shipped))

@@ -1,4 +1,4 @@
-"""source "auto" (service/http/auto.py): texts grouped by detected language, each group to its pair, in order."""
+"""source "auto" (service/serving/auto.py): texts grouped by detected language, each group to its pair, in order."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import pytest
 
 from service.errors import UnknownPair
-from service.http.auto import detect_sources, translate_auto
+from service.serving.auto import detect_sources, translate_auto
 from service.serving.translation import Gone, Options, Translation
 from service.text.detect import Detector
 

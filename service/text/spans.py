@@ -17,6 +17,8 @@ PATTERNS: dict[str, str] = {
     r"(?:hh|h|ll|l|L|q|j|z|t|I64|I32)?[diouxXeEfFgGaAcsSpn%@]",
     "brace": r"\{\{[^{}\s]*\}\}|\{[A-Za-z0-9_.:!\[\]-]*\}",
     "marker": r"\[X\d+X\]",
+    # A positional parameter ("$1": HexChat's, a shell's): models drop the "$" and run its digits into a neighbour's.
+    "positional": r"\$\d+(?!\d|[.,]\d)",
     "url": r"\b(?:https?|ftp|file)://[^\s<>\"']*[^\s<>\"'.,;:!?)\]]",
     "email": r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b",
     "entity": r"&(?:[A-Za-z][A-Za-z0-9]{1,31}|#\d{1,7}|#[xX][0-9A-Fa-f]{1,6});",
@@ -32,7 +34,7 @@ SPANS = re.compile("|".join(f"(?P<{kind}>{pattern})" for kind, pattern in PATTER
 DIGIT_KINDS = frozenset({"number", "code"})  # TextPipeline.numbers False leaves them to the model
 WITHOUT_NUMBERS = re.compile("|".join(f"(?P<{k}>{p})" for k, p in PATTERNS.items() if k not in DIGIT_KINDS))
 DIGITS = re.compile(r"\d+")
-FORMAT_KINDS = frozenset({"printf", "brace", "marker"})  # a program formats them: losing one breaks it
+FORMAT_KINDS = frozenset({"printf", "brace", "marker", "positional"})  # a program formats them: losing one breaks it
 
 
 @dataclass(frozen=True, slots=True)

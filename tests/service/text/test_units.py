@@ -79,6 +79,14 @@ def test_digits_inside_words_are_spans() -> None:
     ]  # fmt: skip
 
 
+def test_a_positional_parameter_is_one_span_with_its_dollar() -> None:
+    """HexChat's "%C18$1": as two spans, "C18" and "1", the model drops the "$" between them and writes "C181"."""
+    spans = find_spans("Offering DCC CHAT to %C18$1%O for $2, $1,000 or $5.50")
+    assert [(s.kind, s.output) for s in spans] == [
+        ("code", "C18"), ("positional", "$1"), ("positional", "$2"), ("number", "1,000"), ("number", "5.50"),
+    ]  # fmt: skip
+
+
 def test_characters_outside_the_vocabulary_are_spans() -> None:
     vocabulary = frozenset("Helo wrd")
     spans = find_spans("Hello 😀😀 world 龘", vocabulary)

@@ -9,7 +9,6 @@ load; everything that can be checked without them is checked here, first.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import socket
 from collections.abc import Mapping, Sequence
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from service.runtime.bundle import Bundle, BundleError, load_bundle
+from service.runtime.manifest import Manifest
 from service.serving import packages
 from service.serving.budget import MiB
 from service.serving.catalog import Pair, disk_bytes, pairs_of, pivots
@@ -155,7 +155,7 @@ def survey(settings: Settings, known: Mapping[Path, Bundle] | None = None) -> Ch
 def manifest_pairs(path: Path) -> list[Pair]:
     """The pairs a bundle's manifest names; none when it cannot be read (its check then says why)."""
     try:
-        return pairs_of(json.loads((path / "manifest.json").read_text()))
+        return pairs_of(Manifest.read(path))
     except (OSError, ValueError, KeyError, TypeError):
         return []
 

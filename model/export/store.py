@@ -44,6 +44,15 @@ def _cast(graph: onnx.ModelProto, tensor: TensorProto) -> None:
     graph.graph.node.insert(0, cast)
 
 
+def _exact_half(tensor: TensorProto) -> np.ndarray:
+    """A float32 initializer's values as float16, which must hold them exactly."""
+    array = numpy_helper.to_array(tensor)
+    half = array.astype(np.float16)
+    if not np.array_equal(half.astype(np.float32), array):
+        raise ValueError(f"{tensor.name}: float16 does not hold these weights exactly; round them first")
+    return half
+
+
 def stored_float16(graph_path: Path) -> bool:
     """Whether the graph at ``graph_path`` stores its weights as float16 behind casts (see the module's docstring)."""
     graph = onnx.load(str(graph_path), load_external_data=False).graph
@@ -116,18 +125,20 @@ def store_tensors(graph: onnx.ModelProto, data: bytearray, offsets: dict[Any, An
             continue
         to_half = float16 and tensor.data_type == TensorProto.FLOAT
         length = size // 2 if to_half else size
+        if length < INLINE_BELOW:  # stays in the graph as float16, as the builder's float16 weights of that size do
+            half = _exact_half(tensor)
+            _cast(graph, tensor)
+            tensor.ClearField("float_data")
+            tensor.raw_data = half.tobytes()
+            continue
         named = (tensor.name, tensor.data_type, tuple(tensor.dims), to_half)
         if named in offsets:
             if to_half:
                 _cast(graph, tensor)
         else:
-            array = numpy_helper.to_array(tensor)
+            array = _exact_half(tensor) if to_half else numpy_helper.to_array(tensor)
             if to_half:
                 _cast(graph, tensor)
-                half = array.astype(np.float16)
-                if not np.array_equal(half.astype(np.float32), array):
-                    raise ValueError(f"{named[0]}: float16 does not hold these weights exactly; round them first")
-                array = half
             raw = array.tobytes()
             key = hashlib.sha256(raw).digest()
             offsets[named] = key

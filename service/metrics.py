@@ -203,6 +203,8 @@ class Metrics:
             "the log names each.",
             registry=r,
         )
+        for result in ("done", "failed"):  # both series from the start: a dashboard shows 0, not "no data"
+            self.reloads.labels(result)
         for reason in REJECT_REASONS:
             self.rejected.labels(reason, "")
         for stage in ("encode", "decode"):

@@ -43,7 +43,13 @@ class ServeProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         base = {k: v for k, v in os.environ.items() if not k.startswith("ATTNSERVE_")}
-        settings = {"ATTNSERVE_PORT": str(self.port), **{f"ATTNSERVE_{k.upper()}": str(v) for k, v in env.items()}}
+        # the tests' process-wide repetition guard setting (tests/conftest.py) reaches the server too
+        guard = {k: v for k, v in os.environ.items() if k == "ATTNSERVE_REPETITION_GUARD"}
+        settings = {
+            "ATTNSERVE_PORT": str(self.port),
+            **guard,
+            **{f"ATTNSERVE_{k.upper()}": str(v) for k, v in env.items()},
+        }
         slows = {"SLOW_STEP_S": str(slow_step_s), **({"WARM_UP_GATE": str(warm_up_gate)} if warm_up_gate else {})}
         slow = slow_step_s > 0 or warm_up_gate is not None
         command = ["-m", "tests.service.process"] if slow else ["-c", "from service.cli.main import main; exit(main())"]

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import json
 import sys
-from contextlib import suppress
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from service.runtime.manifest import Manifest
 from service.serving import packages
-from service.serving.catalog import Pair, disk_bytes, pairs_of, pivots
+from service.serving.catalog import Pair, disk_bytes, pairs_of, pivots, readable_pairs
 from service.settings import Settings
 
 ONNX_FLOATS = {1: "float32", 10: "float16", 11: "float64", 16: "bfloat16"}  # TensorProto.DataType
@@ -105,8 +104,7 @@ def listed_packages(settings: Settings) -> list[PackageRow]:
         return []
     taken: set[Pair] = set()
     for path in [p for p in settings.served_bundles() if not settings.is_shipped(p)]:
-        with suppress(OSError, ValueError, KeyError, TypeError):
-            taken.update(pairs_of(Manifest.read(path)))
+        taken.update(readable_pairs(path))
     rows = []
     for o in packages.sync(directory, settings.argos_cache, importer=None):
         state, bundle, reason = o.state, str(o.bundle) if o.bundle else None, o.reason

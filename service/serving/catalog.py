@@ -62,6 +62,14 @@ def bundle_files(path: Path, manifest: Manifest) -> list[Path]:
     return [path / n for n in sorted(names) if (path / n).is_file()]
 
 
+def readable_pairs(path: Path) -> list[Pair]:
+    """The pairs the manifest at ``path`` names; none when it cannot be read (loading the bundle then says why)."""
+    try:
+        return pairs_of(Manifest.read(path))
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+
+
 def disk_bytes(path: Path, manifest: Manifest) -> int:
     """The size on disk of :func:`bundle_files` (the manifest not counted)."""
     return sum(f.stat().st_size for f in bundle_files(path, manifest))
@@ -71,10 +79,6 @@ def bundle_for(paths: Sequence[Path], source: str | None = None, target: str | N
     """The first of ``paths`` whose manifest serves ``source`` → ``target`` (None: any language), else the first
     path: loading it then says what is wrong. For the commands that run one engine in-process."""
     for path in paths:
-        try:
-            served = pairs_of(Manifest.read(path))
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        if any(source in (None, s) and target in (None, t) for s, t in served):
+        if any(source in (None, s) and target in (None, t) for s, t in readable_pairs(path)):
             return path
     return paths[0]

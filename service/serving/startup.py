@@ -17,10 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from service.runtime.bundle import Bundle, BundleError, load_bundle
-from service.runtime.manifest import Manifest
 from service.serving import packages
 from service.serving.budget import MiB
-from service.serving.catalog import Pair, disk_bytes, pairs_of, pivots
+from service.serving.catalog import Pair, disk_bytes, pairs_of, pivots, readable_pairs
 from service.settings import Settings
 
 ENV_PREFIX = "ATTNSERVE_"
@@ -140,7 +139,7 @@ def survey(settings: Settings, known: Mapping[Path, Bundle] | None = None) -> Ch
             from_packages.append(bundle)
     shadowed = []
     for path in shipped:
-        taken = [p for p in manifest_pairs(path) if p in pairs and not settings.is_shipped(pairs[p])]
+        taken = [p for p in readable_pairs(path) if p in pairs and not settings.is_shipped(pairs[p])]
         if taken:
             shadowed.append(Shadowed(path, taken[0], pairs[taken[0]]))
             log.warning(
@@ -150,14 +149,6 @@ def survey(settings: Settings, known: Mapping[Path, Bundle] | None = None) -> Ch
         admit_bundle(path, settings, known, pairs, served, refused)
     bundles = [served[p] for p in paths if p in served] + from_packages
     return Checked(bundles, outcomes, shadowed, refused)
-
-
-def manifest_pairs(path: Path) -> list[Pair]:
-    """The pairs a bundle's manifest names; none when it cannot be read (its check then says why)."""
-    try:
-        return pairs_of(Manifest.read(path))
-    except (OSError, ValueError, KeyError, TypeError):
-        return []
 
 
 def admit_bundle(

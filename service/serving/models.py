@@ -29,7 +29,7 @@ from service.runtime.providers import CUDA
 from service.runtime.runner import trim_memory
 from service.serving.auto import detect_sources, translate_auto
 from service.serving.budget import MiB
-from service.serving.catalog import Pair, pair_label, pairs_of, pivots
+from service.serving.catalog import Pair, footprint, pair_label, pairs_of, pivots
 from service.serving.core_sharing import WhileSaturated
 from service.serving.engine import Engine, Pooled, Runners
 from service.serving.pairs import Hooks, PairRegistry
@@ -84,12 +84,16 @@ class Models:
             loaded=lambda pairs, seconds: metrics.observe_load(labels(pairs), seconds),
             unloaded=lambda pairs: metrics.observe_unload(labels(pairs)),
         )
-        registry = PairRegistry[Engine](bundles, self._load, self._unload, settings.models_memory_mb * MiB, hooks)
-        self._manifests = {b.path: manifest_time(b.path) for b in bundles}
-        self.registry = registry
-        metrics.track_queues(partial(pair_queues, registry, settings.queue_size * settings.decode_threads))
-        metrics.track_pairs(registry.pair_states)
         try:
+            weights = partial(footprint, override=settings.graph_variant)
+            # the graphs' headers, read off the loop (catalog caches them)
+            await asyncio.to_thread(lambda: [weights(b) for b in bundles])
+            bound = settings.models_memory_mb * MiB
+            registry = PairRegistry[Engine](bundles, self._load, self._unload, weights, bound, hooks)
+            self._manifests = {b.path: manifest_time(b.path) for b in bundles}
+            self.registry = registry
+            metrics.track_queues(partial(pair_queues, registry, settings.queue_size * settings.decode_threads))
+            metrics.track_pairs(registry.pair_states)
             self._route_pairs()
             await registry.preload(bundles[: settings.eager_models])
         except Exception as e:  # a graph ONNX Runtime refuses, a provider that fails: the process cannot serve
@@ -148,6 +152,14 @@ class Models:
             for reason in checked.refused:
                 log.warning("reload: skipped %s", reason)
             new = [b for b in checked.bundles if b.path not in known]
+            weights = partial(footprint, override=self.settings.graph_variant)
+            try:
+                # the graphs' headers, read off the loop (catalog caches them)
+                await asyncio.to_thread(lambda: [weights(b) for b in new])
+            except (OSError, ValueError) as e:  # a graph that is not one
+                log.error("reload failed: %s", e)
+                self.metrics.reloads.labels("failed").inc()
+                return
             registry.stage(new)
             served, failed = [], 0
             for bundle in checked.bundles:

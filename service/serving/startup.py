@@ -19,7 +19,7 @@ from typing import Any
 from service.runtime.bundle import Bundle, BundleError, load_bundle
 from service.serving import packages
 from service.serving.budget import MiB
-from service.serving.catalog import Pair, disk_bytes, pairs_of, pivots, readable_pairs
+from service.serving.catalog import Pair, footprint, pairs_of, pivots, readable_pairs
 from service.settings import Settings
 
 ENV_PREFIX = "ATTNSERVE_"
@@ -251,10 +251,10 @@ def check_fits(bundle: Bundle, settings: Settings) -> None:
     Raises:
         StartupError: it does not.
     """
-    size, bound = disk_bytes(bundle.path, bundle.manifest), settings.models_memory_mb * MiB
-    if bound and size > bound:
+    bound = settings.models_memory_mb * MiB
+    if bound and (size := footprint(bundle, settings.graph_variant)) > bound:
         raise StartupError(
-            f"{bundle.path}: its files take {-(-size // MiB)} MiB, more than {ENV_PREFIX}MODELS_MEMORY_MB="
+            f"{bundle.path}: its weights take {-(-size // MiB)} MiB loaded, more than {ENV_PREFIX}MODELS_MEMORY_MB="
             f"{settings.models_memory_mb}: raise it, or serve the bundle elsewhere"
         )
 

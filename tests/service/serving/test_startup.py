@@ -15,9 +15,14 @@ from contextlib import suppress
 from pathlib import Path
 
 import httpx
+import numpy as np
+import onnx
 import pytest
+from onnx import numpy_helper
 
 from service.runtime.bundle import load_bundle, sha256
+from service.serving.budget import MiB
+from service.serving.catalog import footprint
 from service.serving.startup import StartupError, check
 from service.settings import Settings
 from tests.service.process import REPO, ServeProcess, free_port
@@ -258,13 +263,17 @@ def test_every_thread_runs_under_sched_batch_as_set(sched_batch: str, tiny_bundl
 
 
 def test_a_bundle_larger_than_the_models_memory_bound_stops_start_up(tiny_bundle: Path, tmp_path: Path) -> None:
-    """A bundle that could never load under ATTNSERVE_MODELS_MEMORY_MB is named before the server listens."""
+    """A bundle that could never load under ATTNSERVE_MODELS_MEMORY_MB, counted by its loaded weights, is named
+    before the server listens."""
     bundle = Path(shutil.copytree(tiny_bundle, tmp_path / "big"))
-    (bundle / "padding.bin").write_bytes(bytes(2 << 20))
-    edit_manifest(bundle, lambda m: m["sha256"].update({"padding.bin": sha256(bundle / "padding.bin")}))
-    with pytest.raises(StartupError, match=r"big: its files take 3 MiB, more than ATTNSERVE_MODELS_MEMORY_MB=2"):
-        check(Settings(bundles=[bundle], models_memory_mb=2))
-    assert check(Settings(bundles=[bundle], models_memory_mb=3))
+    graph = onnx.load(str(bundle / "decoder.fast.onnx"), load_external_data=False)
+    graph.graph.initializer.append(numpy_helper.from_array(np.zeros((1 << 20) // 4, np.float32), "padding"))
+    onnx.save(graph, str(bundle / "decoder.fast.onnx"))  # 1 MiB more of weights
+    edit_manifest(bundle, lambda m: m["sha256"].update({"decoder.fast.onnx": sha256(bundle / "decoder.fast.onnx")}))
+    size = -(-footprint(load_bundle(bundle), None) // MiB)
+    with pytest.raises(StartupError, match=rf"big: its weights take {size} MiB loaded, more than .*_MB={size - 1}"):
+        check(Settings(bundles=[bundle], models_memory_mb=size - 1))
+    assert check(Settings(bundles=[bundle], models_memory_mb=size))
 
 
 def test_the_users_bundle_serves_a_pair_a_shipped_one_serves_too(

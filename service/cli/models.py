@@ -15,7 +15,7 @@ from typing import Any
 
 from service.runtime.manifest import Manifest
 from service.serving import packages
-from service.serving.catalog import Pair, disk_bytes, loaded_bytes, pairs_of, pivots, readable_pairs
+from service.serving.catalog import Pair, disk_bytes, loaded_bytes, pairs_of, pivots, readable_pairs, served_graphs
 from service.settings import Settings
 
 ONNX_FLOATS = {1: "float32", 10: "float16", 11: "float64", 16: "bfloat16"}  # TensorProto.DataType
@@ -32,7 +32,9 @@ class Model:
     provenance: dict[str, Any]
     parameters: int
     disk_bytes: int
-    loaded_bytes: int  # what models_memory_mb counts: the weights of the graphs it serves and its exact ones, loaded
+    # What models_memory_mb counts: the weights of the graphs it serves and of its exact ones, as loaded; None while
+    # a graph of the variant it serves is not derived yet.
+    loaded_bytes: int | None
     precision: list[str]  # the floating-point types of the float32 graphs' stored weights
     variants: dict[str, str]  # variant -> "shipped", "derived" or "not derived yet"
     serves: str  # the variant /translate serves: ATTNSERVE_GRAPH_VARIANT, else the bundle's default_variant
@@ -133,6 +135,7 @@ def describe(path: Path, override: str | None = None) -> Model:
             variants[name] = variant_state(path, list(files.values()), derived)
     provenance = manifest.provenance
     serves = override or manifest.default_variant
+    derived_yet = all((path / f).is_file() for f in served_graphs(manifest, serves))
     return Model(
         path=str(path),
         name=manifest.name,
@@ -141,7 +144,7 @@ def describe(path: Path, override: str | None = None) -> Model:
         provenance=provenance,
         parameters=parameters(manifest.model),
         disk_bytes=disk_bytes(path, manifest),
-        loaded_bytes=loaded_bytes(path, manifest, serves),
+        loaded_bytes=loaded_bytes(path, manifest, serves) if derived_yet else None,
         precision=precision([path / graphs["encoder"], path / graphs["decoder"]]),
         variants=variants,
         serves=serves,
@@ -198,7 +201,7 @@ def table(models: list[Model], pivoted: list[tuple[str, str, str]], found: list[
     for m in [m for m in models if m.shadowed_by is None]:
         variants = ", ".join(v if s == "shipped" else f"{v} ({s})" for v, s in m.variants.items())
         pairs = " ".join(f"{s}→{t}" for s, t in m.pairs)
-        size, loaded = (f"{n / (1 << 20):.1f} MiB" for n in (m.disk_bytes, m.loaded_bytes))
+        size, loaded = (f"{n / (1 << 20):.1f} MiB" if n is not None else "?" for n in (m.disk_bytes, m.loaded_bytes))
         rows.append(
             (m.name, pairs, f"{m.parameters:,}", size, loaded, "/".join(m.precision), variants, m.serves, m.origin)
         )

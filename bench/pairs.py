@@ -146,9 +146,10 @@ def report(
     per = (eager["rss_all"] - lazy["rss_ready"]) / n
     lines += [
         "",
-        f"A loaded bundle adds about {per:.0f} MiB of RSS ({per / disk_mb:.1f}× its size on disk, by which "
-        "`ATTNSERVE_MODELS_MEMORY_MB` counts it). A first request to an unloaded pair pays the load: ONNX Runtime "
-        "sessions, schedulers and warm-up (and an unload first when the bound is reached).",
+        f"A loaded bundle adds about {per:.0f} MiB of RSS ({per / disk_mb:.1f}× its size on disk; "
+        "`ATTNSERVE_MODELS_MEMORY_MB` counts its loaded weights, `attnserve models`). A first request to an "
+        "unloaded pair pays the load: ONNX Runtime sessions, schedulers and warm-up (and an unload first when the "
+        "bound is reached).",
         "",
         f"`{' '.join(['python bench/pairs.py', *(argv_of(args))])}` on {machine()}; {versions('onnxruntime')}.",
     ]

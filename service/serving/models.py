@@ -85,9 +85,8 @@ class Models:
             unloaded=lambda pairs: metrics.observe_unload(labels(pairs)),
         )
         try:
+            # Under a bound, start-up's check_fits has read each footprint already (catalog caches them).
             weights = partial(footprint, override=settings.graph_variant)
-            # the graphs' headers, read off the loop (catalog caches them)
-            await asyncio.to_thread(lambda: [weights(b) for b in bundles])
             bound = settings.models_memory_mb * MiB
             registry = PairRegistry[Engine](bundles, self._load, self._unload, weights, bound, hooks)
             self._manifests = {b.path: manifest_time(b.path) for b in bundles}
@@ -152,14 +151,6 @@ class Models:
             for reason in checked.refused:
                 log.warning("reload: skipped %s", reason)
             new = [b for b in checked.bundles if b.path not in known]
-            weights = partial(footprint, override=self.settings.graph_variant)
-            try:
-                # the graphs' headers, read off the loop (catalog caches them)
-                await asyncio.to_thread(lambda: [weights(b) for b in new])
-            except (OSError, ValueError) as e:  # a graph that is not one
-                log.error("reload failed: %s", e)
-                self.metrics.reloads.labels("failed").inc()
-                return
             registry.stage(new)
             served, failed = [], 0
             for bundle in checked.bundles:

@@ -46,7 +46,7 @@ class Slot(Generic[E]):
     used."""
 
     bundle: Bundle
-    footprint: int  # bytes counted against the bound
+    footprint: int  # bytes counted against the bound (0 without one)
     engine: Mapping[Pair, E] | None = None
     loading: asyncio.Future[Mapping[Pair, E]] | None = None
     in_flight: int = 0
@@ -70,7 +70,7 @@ class PairRegistry(Generic[E]):
         bundles: the checked bundles; each serves the pairs its manifest names (service/serving/catalog.py).
         load: builds a bundle's engines, started and warm, one for each of its pairs (awaited on the event loop).
         unload: stops a bundle's engines and lets their memory go.
-        footprint: the bytes a bundle counts against ``bound`` once loaded.
+        footprint: the bytes a bundle counts against ``bound`` once loaded (asked only under a bound).
         bound: bytes the loaded bundles' footprints may add up to; 0 = no bound.
         hooks: where loads and unloads are reported.
     """
@@ -86,7 +86,7 @@ class PairRegistry(Generic[E]):
     ) -> None:
         self._load, self._unload, self._footprint, self.bound = load, unload, footprint, bound
         self.hooks = hooks or Hooks()
-        self.slots = [Slot[E](b, footprint(b)) for b in bundles]
+        self.slots = [Slot[E](b, self._size(b)) for b in bundles]
         self._by_pair = {pair: slot for slot in self.slots for pair in pairs_of(slot.bundle.manifest)}
         self._unloading: set[asyncio.Task[None]] = set()
         self._started = False  # preload done: later load failures are logged here
@@ -95,7 +95,7 @@ class PairRegistry(Generic[E]):
         """Add slots for ``bundles`` not registered yet, serving no pair until :meth:`serve` names them (so that
         :meth:`preload` can warm them first)."""
         have = {id(s.bundle) for s in self.slots}
-        self.slots += [Slot[E](b, self._footprint(b)) for b in bundles if id(b) not in have]
+        self.slots += [Slot[E](b, self._size(b)) for b in bundles if id(b) not in have]
 
     def serve(self, bundles: Sequence[Bundle]) -> None:
         """Serve exactly ``bundles``' pairs from now on (each pair from the first that names it), staging the new
@@ -130,6 +130,9 @@ class PairRegistry(Generic[E]):
             task = asyncio.ensure_future(self._unload(engine))
             self._unloading.add(task)
             task.add_done_callback(partial(self._unloaded, list(engine)))
+
+    def _size(self, bundle: Bundle) -> int:
+        return self._footprint(bundle) if self.bound else 0  # reading graphs' headers costs start-up time
 
     @property
     def pairs(self) -> list[Pair]:

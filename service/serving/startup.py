@@ -246,13 +246,20 @@ def admit(
 
 
 def check_fits(bundle: Bundle, settings: Settings) -> None:
-    """A bundle fits in ``models_memory_mb`` alone (else it could never load).
+    """A bundle fits in ``models_memory_mb`` alone (else it could never load); its footprint is read only here and
+    cached (service/serving/catalog.py), so the registry's reads cost start-up nothing more.
 
     Raises:
-        StartupError: it does not.
+        StartupError: it does not, or its graphs cannot be read.
     """
     bound = settings.models_memory_mb * MiB
-    if bound and (size := footprint(bundle, settings.graph_variant)) > bound:
+    if not bound:
+        return
+    try:
+        size = footprint(bundle, settings.graph_variant)
+    except (OSError, ValueError) as e:
+        raise StartupError(f"{bundle.path}: its graphs cannot be read: {e}") from None
+    if size > bound:
         raise StartupError(
             f"{bundle.path}: its weights take {-(-size // MiB)} MiB loaded, more than {ENV_PREFIX}MODELS_MEMORY_MB="
             f"{settings.models_memory_mb}: raise it, or serve the bundle elsewhere"

@@ -274,6 +274,10 @@ def test_a_bundle_larger_than_the_models_memory_bound_stops_start_up(tiny_bundle
     with pytest.raises(StartupError, match=rf"big: its weights take {size} MiB loaded, more than .*_MB={size - 1}"):
         check(Settings(bundles=[bundle], models_memory_mb=size - 1))
     assert check(Settings(bundles=[bundle], models_memory_mb=size))
+    (bundle / "decoder.fast.onnx").write_bytes(b"not a graph")
+    edit_manifest(bundle, lambda m: m["sha256"].update({"decoder.fast.onnx": sha256(bundle / "decoder.fast.onnx")}))
+    with pytest.raises(StartupError, match=r"big: its graphs cannot be read: .*decoder.fast.onnx: not an ONNX graph"):
+        check(Settings(bundles=[bundle], models_memory_mb=size))
 
 
 def test_the_users_bundle_serves_a_pair_a_shipped_one_serves_too(

@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from service.decoding import DecodeRequest, decode
 from service.runtime.bundle import Bundle, load_bundle
+from service.runtime.manifest import is_bundle
 from service.runtime.runner import Runner
 
 CACHE = Path.home() / ".cache" / "attnserve" / "bench" / "flat-base-58k"
@@ -52,7 +53,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def flat_bundle(path: Path = CACHE) -> Path:
     """The transformer-base shape with random weights, exported once (torch) into ``path``."""
-    if (path / "manifest.json").is_file():
+    if is_bundle(path):
         return path
     import torch
 

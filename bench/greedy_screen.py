@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from service.decoding import DecodeRequest, decode
 from service.runtime.bundle import Bundle, load_bundle
+from service.runtime.manifest import is_bundle
 from service.runtime.runner import Runner
 
 CACHE = Path.home() / ".cache" / "attnserve" / "bench"
@@ -59,7 +60,7 @@ def flat_bundle(name: str = "flat", cache: Path = CACHE) -> Path:
     """The transformer-base shape with random weights (``name`` flat or unsure), exported once (torch) into the
     cache."""
     path = cache / f"{name}-base-58k"
-    if (path / "manifest.json").is_file():
+    if is_bundle(path):
         return path
     import torch
 

@@ -1,9 +1,8 @@
 """``attnserve models``: what a server with the current settings would serve: each bundle with its pairs, where it
 came from, its parameters, size on disk and loaded (the weights its sessions hold), stored precision, graph variants
 and the one it serves, the Argos packages with their pairs and import state, and the pairs served through the pivot
-language. It reads manifests, ONNX
-graphs' initializer headers and the packages' files (their content keys) only: no session, no weights, no torch, no
-import."""
+language. It reads manifests, ONNX graphs' initializer headers and the packages' files (their content keys) only: no
+session, no weights, no torch, no import."""
 
 from __future__ import annotations
 

@@ -85,15 +85,16 @@ class Models:
             loaded=lambda pairs, seconds: metrics.observe_load(labels(pairs), seconds),
             unloaded=lambda pairs: metrics.observe_unload(labels(pairs)),
         )
+        # Under a bound, start-up's check_fits has read each footprint (catalog caches them); without one, none is read.
+        weights = partial(footprint, override=settings.graph_variant)
+        registry = PairRegistry[Engine](
+            bundles, self._load, self._unload, weights, settings.models_memory_mb * MiB, hooks
+        )
+        self._manifests = {b.path: manifest_time(b.path) for b in bundles}
+        self.registry = registry
+        metrics.track_queues(partial(pair_queues, registry, settings.queue_size * settings.decode_threads))
+        metrics.track_pairs(registry.pair_states)
         try:
-            # Under a bound, start-up's check_fits has read each footprint already (catalog caches them).
-            weights = partial(footprint, override=settings.graph_variant)
-            bound = settings.models_memory_mb * MiB
-            registry = PairRegistry[Engine](bundles, self._load, self._unload, weights, bound, hooks)
-            self._manifests = {b.path: manifest_time(b.path) for b in bundles}
-            self.registry = registry
-            metrics.track_queues(partial(pair_queues, registry, settings.queue_size * settings.decode_threads))
-            metrics.track_pairs(registry.pair_states)
             self._route_pairs()
             await registry.preload(bundles[: settings.eager_models])
         except Exception as e:  # a graph ONNX Runtime refuses, a provider that fails: the process cannot serve

@@ -26,7 +26,7 @@ from service.decoding.constraint import Spelling
 from service.errors import ClientGone, NoSuchIndex, TooLarge, UnknownPair
 from service.runtime.bundle import Bundle, load_bundle
 from service.runtime.providers import CPU
-from service.runtime.runner import Runner, trim_memory
+from service.runtime.runner import AppendedRunner, open_runner, trim_memory
 from service.serving.admission import check_servable
 from service.serving.alignment import SegmentInput, alignable
 from service.serving.budget import Budget, MiB, answer_bytes, request_bytes
@@ -62,8 +62,7 @@ log = logging.getLogger(__name__)
 
 
 class ServingRunner(StepRunner, Protocol):
-    """A step runner as the engine serves it (service/runtime/runner.py's :class:`~service.runtime.runner.Runner`, or a
-    fake)."""
+    """A step runner as the engine serves it (one of service/runtime/runner.py's forms, or a fake)."""
 
     @property
     def attention(self) -> bool: ...  # its graphs give attention weights (else such requests go to ``exact``)
@@ -95,15 +94,19 @@ class Runners:
         """
         provider, threads, variant = settings.provider, settings.threads, bundle.served_variant(settings.graph_variant)
         limit = settings.gpu_mem_limit_mb
-        exact = Runner(bundle, provider, threads, gpu_mem_limit_mb=limit)
+        exact = AppendedRunner(bundle, provider, threads, gpu_mem_limit_mb=limit)
         forced = exact if exact.has_forced else None
         if exact.provider != CPU and bundle.has_graph("device_decoder", variant):
             encoder = exact.encoder if variant == "float32" else None
-            return cls(exact, Runner(bundle, provider, threads, variant, encoder=encoder, device_decoder=True), forced)
+            return cls(
+                exact, open_runner(bundle, provider, threads, variant, "device_decoder", encoder=encoder), forced
+            )
         if variant != "float32":
-            return cls(exact, Runner(bundle, provider, threads, variant, gpu_mem_limit_mb=limit), forced)
+            return cls(exact, open_runner(bundle, provider, threads, variant, gpu_mem_limit_mb=limit), forced)
         if exact.provider == CPU:
-            return cls(exact, Runner(bundle, provider, threads, fast=True, encoder=exact.encoder), forced)
+            return cls(
+                exact, open_runner(bundle, provider, threads, role="fast_decoder", encoder=exact.encoder), forced
+            )
         return cls(exact, exact, forced)
 
 

@@ -13,7 +13,7 @@ from model.importers.argos import read_vocabulary
 from service.cli.main import main
 from service.decoding import DecodeRequest, decode
 from service.runtime.bundle import Bundle, load_bundle
-from service.runtime.runner import Runner
+from service.runtime.runner import open_runner
 from service.serving.engine import Engine
 from service.serving.translation import Options
 from service.settings import Settings
@@ -47,7 +47,7 @@ def ours(bundle: Bundle, batch: list[str], beam: int, fast: bool = False, varian
         for t in batch
     ]
     eos = bundle.spec.eos_id
-    results = decode(Runner(bundle, "cpu", variant=variant, fast=fast), requests)
+    results = decode(open_runner(bundle, "cpu", variant=variant, role="fast_decoder" if fast else "decoder"), requests)
     return [tok.pieces([i for i in r.hypotheses[0].tokens if i != eos]) for r in results]
 
 
@@ -144,5 +144,7 @@ def test_an_int8_package_is_served_in_int8_unless_the_setting_says_otherwise(
         got = [t.text for t in engine.translate_now(batch, options)]
         pieces = ours(bundle, batch, 1, variant=variant, fast=variant == "float32")
         assert got == [tok.target.decode_pieces(p) for p in pieces]
-    assert ours(bundle, batch, 1, fast=True) == reference(package, batch, 1, MAX_LENGTH, LENGTH_PENALTY)
-    assert ours(bundle, batch, 1, variant="int8") != ours(bundle, batch, 1, fast=True)  # the int8 graphs served
+    assert ours(bundle, batch, 1, role="fast_decoder") == reference(package, batch, 1, MAX_LENGTH, LENGTH_PENALTY)
+    assert ours(bundle, batch, 1, variant="int8") != ours(
+        bundle, batch, 1, role="fast_decoder"
+    )  # the int8 graphs served

@@ -11,6 +11,7 @@ import pytest
 
 from service.decoding import BatchDecoder, DecodeRequest
 from service.errors import TooLarge
+from service.runtime.runner import StepInput, StepOutput
 from service.serving.core_sharing import WhileSaturated
 from service.serving.scheduler import DeadlineExceeded, QueueFull, Scheduler, StepStats
 from tests.service.fake_runner import CountingRunner, expected
@@ -117,12 +118,11 @@ class FailingOnceRunner(CountingRunner):
 
     failed = False
 
-    def step(self, input_ids, position_ids, encoder_attention_mask, *rest, **kwargs):  # type: ignore[no-untyped-def]
-        cross_keys = rest[1]
-        if not self.failed and (cross_keys[0][:, 0, 0, 0] == 9).any():
+    def step(self, step: StepInput) -> StepOutput:
+        if not self.failed and (step.cross_keys[0][:, 0, 0, 0] == 9).any():
             self.failed = True
             raise RuntimeError("the runner broke")
-        return super().step(input_ids, position_ids, encoder_attention_mask, *rest, **kwargs)
+        return super().step(step)
 
 
 def test_a_runner_failure_fails_the_batch_and_the_loop_goes_on() -> None:

@@ -144,7 +144,5 @@ def test_an_int8_package_is_served_in_int8_unless_the_setting_says_otherwise(
         got = [t.text for t in engine.translate_now(batch, options)]
         pieces = ours(bundle, batch, 1, variant=variant, fast=variant == "float32")
         assert got == [tok.target.decode_pieces(p) for p in pieces]
-    assert ours(bundle, batch, 1, role="fast_decoder") == reference(package, batch, 1, MAX_LENGTH, LENGTH_PENALTY)
-    assert ours(bundle, batch, 1, variant="int8") != ours(
-        bundle, batch, 1, role="fast_decoder"
-    )  # the int8 graphs served
+    assert ours(bundle, batch, 1, fast=True) == reference(package, batch, 1, MAX_LENGTH, LENGTH_PENALTY)
+    assert ours(bundle, batch, 1, variant="int8") != ours(bundle, batch, 1, fast=True)  # the int8 graphs served

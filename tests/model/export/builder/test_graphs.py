@@ -92,7 +92,7 @@ def test_decoding_matches_pytorch(built: tuple[Transformer, Path], form: str, be
     runner = open_runner(load_bundle(bundle), "cpu", role=ROLES[form])
     requests = [DecodeRequest(src=s, beam_size=beam, n_best=beam, max_length=12, attention=attention)
                 for s in sources(model)]  # fmt: skip
-    got, want = decode(runner, requests), decode(TorchRunner(model), requests)  # type: ignore[arg-type]
+    got, want = decode(runner, requests), decode(TorchRunner(model), requests)
     for ours, theirs in zip(got, want, strict=True):
         assert [h.tokens for h in ours.hypotheses] == [h.tokens for h in theirs.hypotheses]
         if attention:

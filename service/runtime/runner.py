@@ -500,6 +500,7 @@ class GatheredRunner(Runner):
         bound["selected"] = (B, K)
 
 
+# Each runner class by the cache layout that it runs (GraphForm.cache).
 FORMS: dict[str, type[Runner]] = {form.layout: form for form in (AppendedRunner, InPlaceRunner, GatheredRunner)}
 
 

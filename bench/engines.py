@@ -185,10 +185,11 @@ def prepare(
     """
     from model.export.quantize import ADD_VARIANT
     from model.importers.marian import export_marian
-    from service.runtime.bundle import load_bundle, sha256
+    from service.runtime.bundle import load_bundle
+    from service.runtime.manifest import MANIFEST, is_bundle, sha256
 
     work.mkdir(parents=True, exist_ok=True)
-    stamp = f"{bundle_dir.resolve()} {sha256(bundle_dir / 'manifest.json')}"
+    stamp = f"{bundle_dir.resolve()} {sha256(bundle_dir / MANIFEST)}"
     if (work / "stamp").exists() and (work / "stamp").read_text() != stamp:
         for name in ("bundle", "marian", "ctranslate2"):
             shutil.rmtree(work / name, ignore_errors=True)
@@ -197,7 +198,7 @@ def prepare(
     missing = [v for v in variants if v not in bundle.variants]
     if missing:
         copy = work / "bundle"
-        if not (copy / "manifest.json").exists() or set(missing) - set(load_bundle(copy, verify=False).variants):
+        if not is_bundle(copy) or set(missing) - set(load_bundle(copy, verify=False).variants):
             shutil.rmtree(copy, ignore_errors=True)
             shutil.copytree(bundle_dir, copy)
             for variant in missing:

@@ -19,7 +19,6 @@ Each prints its table in docs/BENCHMARKS.md's form.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import tempfile
@@ -39,6 +38,7 @@ from model.export.store import stored_float16
 from model.transformer import Transformer, TransformerConfig
 from service.decoding import DecodeRequest, decode
 from service.runtime.bundle import Bundle, load_bundle
+from service.runtime.manifest import Manifest
 from service.runtime.runner import Runner, open_runner
 from tests.bundles import tiny_spm
 
@@ -103,7 +103,7 @@ def runner(bundle: Bundle, variant: str) -> Runner:
 
 def stored_pair(source: Path, work: Path) -> dict[str, Bundle]:
     """The float32-stored bundle ``source`` (copied, its derived graphs written there) and its float16 re-store."""
-    if stored_float16(source / json.loads((source / "manifest.json").read_text())["graphs"]["encoder"]):
+    if stored_float16(source / Manifest.read(source).graphs["encoder"]):
         raise SystemExit(f"{source} stores its weights as float16 already; give its float32-stored form")
     copy = Path(shutil.copytree(source, work / "float32", ignore=shutil.ignore_patterns("*.int8.onnx")))
     restored = export_from_bundle(copy, work / "float16", float16=True)

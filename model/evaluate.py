@@ -131,7 +131,7 @@ def evaluate(
     if write:
         manifest = Manifest.read(bundle_dir)
         command = f"attnserve evaluate {bundle_dir} --corpus {corpus}" + (f" --limit {limit}" if limit else "")
-        manifest.data["scores"] = [
+        manifest.scores = [
             {"metric": metric, "value": value, "decoding": name, "test_set": report["test_set"], "command": command}
             for name, r in results.items()
             for metric, value in r.items()

@@ -25,6 +25,7 @@ from service.errors import AmbiguousSource, NotReady, PairUnavailable, UnknownPa
 from service.metrics import Metrics, PairQueue
 from service.runtime.bundle import Bundle
 from service.runtime.gpu_memory import device_memory
+from service.runtime.manifest import MANIFEST
 from service.runtime.providers import CUDA
 from service.runtime.runner import trim_memory
 from service.serving.auto import detect_sources, translate_auto
@@ -320,7 +321,7 @@ def pair_queues(registry: PairRegistry[Engine], capacity: int) -> dict[str, Pair
 def manifest_time(bundle: Path) -> int | None:
     """When a bundle's manifest was last written (None: it has none): a bundle replaced in place is read again."""
     try:
-        return (bundle / "manifest.json").stat().st_mtime_ns
+        return (bundle / MANIFEST).stat().st_mtime_ns
     except OSError:
         return None
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from service.runtime.bundle import Bundle, BundleError, load_bundle
+from service.runtime.manifest import MANIFEST
 from service.serving import packages
 from service.serving.budget import MiB
 from service.serving.catalog import Pair, disk_bytes, pairs_of, pivots, readable_pairs
@@ -265,7 +266,7 @@ def check_bundle(path: Path, settings: Settings) -> Bundle:
     Raises:
         StartupError: as :func:`check`, naming the bundle's file.
     """
-    manifest = path / "manifest.json"
+    manifest = path / MANIFEST
     if not path.is_dir():
         raise StartupError(f"{path}: no such bundle directory — check {ENV_PREFIX}BUNDLES (or --bundle)")
     try:
@@ -294,7 +295,7 @@ def consistent(bundle: Bundle) -> None:
         BundleError: an id past ``vocab_size``.
     """
     spec, tok = bundle.spec, bundle.tokenizer
-    where = f"{bundle.path / 'manifest.json'}: model.vocab_size={spec.vocab_size}"
+    where = f"{bundle.path / MANIFEST}: model.vocab_size={spec.vocab_size}"
     if tok.vocab is not None:
         sizes = {"tokenizer vocab": max(tok.vocab.values(), default=-1) + 1}
     else:

@@ -13,6 +13,7 @@ import pytest
 
 from service.cli.main import main
 from service.cli.models import origin, parameters
+from service.runtime.manifest import Manifest
 from tests.conftest import FIXTURES, TINY_INT8
 from tests.service.pair_bundles import pair_bundle
 
@@ -65,7 +66,7 @@ def test_an_unreadable_bundle_is_one_line_and_code_2(tmp_path: Path, capsys: pyt
 def test_parameters_are_the_models(tiny_bundle: Path) -> None:
     """The count from the manifest's config is what PyTorch counts, for each switch that changes it."""
     torch_model = pytest.importorskip("model.transformer")
-    config = json.loads((tiny_bundle / "manifest.json").read_text())["model"]
+    config = Manifest.read(tiny_bundle).model
     for change in ({}, {"tie_embeddings": False}, {"normalize_before": True}):
         c = {**config, **change}
         model = torch_model.make_model(torch_model.TransformerConfig(**c))
@@ -94,8 +95,9 @@ def test_each_bundle_shows_the_variant_it_serves(
     bundles: list[Path], capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Its manifest's default (float32 where none is recorded), or ``ATTNSERVE_GRAPH_VARIANT`` for every bundle."""
-    manifest = json.loads((bundles[2] / "manifest.json").read_text())
-    (bundles[2] / "manifest.json").write_text(json.dumps(manifest | {"default_variant": "int8"}))
+    manifest = Manifest.read(bundles[2])
+    manifest.default_variant = "int8"
+    manifest.write(bundles[2])
     assert main(run(bundles, "--json")) == 0
     assert [b["serves"] for b in json.loads(capsys.readouterr().out)["bundles"]] == ["float32", "float32", "int8"]
     assert main(run(bundles)) == 0

@@ -3,7 +3,6 @@ exporter's to the byte (the manifest's sha256), again on every run, and a bundle
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 import subprocess
@@ -17,7 +16,7 @@ from service.cli.main import main
 from service.decoding import DecodeRequest, decode
 from service.runtime.bundle import BundleError, load_bundle, sha256
 from service.runtime.derive import DeriveError, derive_missing, derived_entries
-from service.runtime.manifest import Manifest
+from service.runtime.manifest import MANIFEST, Manifest
 from service.runtime.runner import open_runner
 from tests.service.process import REPO
 
@@ -117,8 +116,8 @@ def test_a_malformed_derived_entry_is_refused(entry: object, underived: Path) ->
     manifest = manifest_of(underived)
     manifest.derived["encoder.int8.onnx"] = entry
     with pytest.raises(DeriveError, match=r"derived\['encoder\.int8\.onnx'\]: expected"):
-        derived_entries("manifest.json", manifest)
-    (underived / "manifest.json").write_text(json.dumps(manifest.data))
+        derived_entries(MANIFEST, manifest)
+    manifest.write(underived)
     with pytest.raises(BundleError, match=r"derived\['encoder\.int8\.onnx'\]"):
         load_bundle(underived)
 

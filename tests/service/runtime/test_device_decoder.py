@@ -4,7 +4,6 @@ beam search, batched or alone, through joins, holes, compaction, splits and ties
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -18,7 +17,8 @@ import pytest
 
 from service.decoding import BatchDecoder, DecodeRequest, DecodeResult, decode
 from service.decoding.gathered import GatheredCaches
-from service.runtime.bundle import Bundle, load_bundle, sha256
+from service.runtime.bundle import Bundle, load_bundle
+from service.runtime.manifest import Manifest
 from service.runtime.runner import Runner, open_runner
 from service.runtime.tensors import DeviceTensors
 from tests.service.runtime.test_runner import SHIPPED, UI_STRINGS, assert_exact_answers, requests_of, staggered
@@ -87,14 +87,13 @@ def tied(bundle: Path, tmp_path: Path, low: int, high: int, eos_bias: float) -> 
         at = where[name]
         return weights[at["offset"] : at["offset"] + at["length"]].view(np.float32).reshape(shape)
 
-    manifest = json.loads((copy / "manifest.json").read_text())
-    V = manifest["model"]["vocab_size"]
+    manifest = Manifest.read(copy)
+    V = manifest.model["vocab_size"]
     embedding, bias = tensor("model.src_embed.lut.weight", (V, -1)), tensor("model.generator.final_logits_bias", (V,))
     embedding[low], bias[low] = embedding[high], bias[high]
-    bias[manifest["model"]["eos_id"]] += eos_bias
+    bias[manifest.model["eos_id"]] += eos_bias
     weights.flush()
-    manifest["sha256"]["weights.bin"] = sha256(copy / "weights.bin")
-    (copy / "manifest.json").write_text(json.dumps(manifest))
+    manifest.write_with_checksums(copy)
     return copy
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -172,11 +171,10 @@ def test_alternatives_skip_texts_already_given() -> None:
 def without_forced_decoder(bundle: Path, tmp_path: Path) -> Path:
     """A copy of ``bundle`` as exported before the forced decoder: no decoder.forced.onnx in it or its manifest."""
     copy = Path(shutil.copytree(bundle, tmp_path / "no-forced"))
-    manifest = json.loads((copy / "manifest.json").read_text())
-    for entries in (manifest["graphs"], manifest["graph_forms"], manifest["sha256"]):
-        entries.pop("forced_decoder", None), entries.pop("decoder.forced.onnx", None)
+    manifest = Manifest.read(copy)
+    del manifest.graphs["forced_decoder"], manifest.graph_forms["decoder.forced.onnx"]
     (copy / "decoder.forced.onnx").unlink()
-    (copy / "manifest.json").write_text(json.dumps(manifest))
+    manifest.write_with_checksums(copy)
     return copy
 
 
@@ -242,9 +240,9 @@ def with_target_prefix(bundle: Path, tmp_path: Path, prefix: list[int]) -> Path:
     """A copy of ``bundle`` whose manifest says every target starts with ``prefix`` (as an imported Argos
     package's ``target_prefix``)."""
     copy = Path(shutil.copytree(bundle, tmp_path / "prefixed"))
-    manifest = json.loads((copy / "manifest.json").read_text())
-    manifest["tokenizer"]["target_prefix"] = prefix
-    (copy / "manifest.json").write_text(json.dumps(manifest))
+    manifest = Manifest.read(copy)
+    manifest.tokenizer["target_prefix"] = prefix
+    manifest.write(copy)
     return copy
 
 

@@ -4,7 +4,6 @@ used unloads under the bound, never an unload of a bundle in use, 503 when nothi
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import pytest
 
 from service.errors import ModelsBusy, PairUnavailable, UnknownPair
 from service.runtime.bundle import Bundle, load_bundle
+from service.runtime.manifest import Manifest
 from service.serving.catalog import disk_bytes, pairs_of
 from service.serving.pairs import Hooks, PairRegistry
 from tests.service.pair_bundles import pair_bundle
@@ -151,9 +151,9 @@ def test_preload_loads_in_order_what_fits_and_an_unknown_pair_is_named(bundles: 
 
 def test_the_pairs_of_a_multi_target_bundle_share_one_load(tiny_bundle: Path, tmp_path: Path) -> None:
     bundle = pair_bundle(tiny_bundle, tmp_path, "en", "ja")
-    manifest = json.loads((bundle / "manifest.json").read_text())
-    manifest["targets"] = [{"code": "ja", "prefix": [5]}, {"code": "ko", "prefix": [6]}]
-    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    manifest = Manifest.read(bundle)
+    manifest.data["targets"] = [{"code": "ja", "prefix": [5]}, {"code": "ko", "prefix": [6]}]
+    manifest.write(bundle)
     loads = Loads()
     r = registry([load_bundle(bundle)], loads)
 

@@ -3,7 +3,6 @@ line with exit code 2; once the checks pass it listens while it loads, /readyz 5
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import socket
@@ -17,7 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.runtime.bundle import load_bundle, sha256
+from service.runtime.bundle import load_bundle
+from service.runtime.manifest import MANIFEST, Manifest, sha256
 from service.serving.startup import StartupError, check
 from service.settings import Settings
 from tests.service.process import REPO, ServeProcess, free_port
@@ -37,10 +37,9 @@ def serve(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def edit_manifest(bundle: Path, change: Callable[[dict], None]) -> None:
-    path = bundle / "manifest.json"
-    manifest = json.loads(path.read_text())
-    change(manifest)
-    path.write_text(json.dumps(manifest))
+    manifest = Manifest.read(bundle)
+    change(manifest.data)
+    manifest.write(bundle)
 
 
 def truncate(bundle: Path) -> None:
@@ -61,9 +60,9 @@ def shrink_vocab(m: dict) -> None:
 # (damage to a copy of the tiny bundle, what the line must name, what it must say to do)
 DAMAGE: dict[str, tuple[Callable[[Path], None], str, str]] = {
     "no directory": (lambda b: shutil.rmtree(b), "no such bundle directory", "ATTNSERVE_BUNDLES"),
-    "no manifest": (lambda b: (b / "manifest.json").unlink(), "manifest.json", "attnserve export"),
+    "no manifest": (lambda b: (b / MANIFEST).unlink(), MANIFEST, "attnserve export"),
     "truncated manifest": (
-        lambda b: (b / "manifest.json").write_text((b / "manifest.json").read_text()[:200]),
+        lambda b: (b / MANIFEST).write_text((b / MANIFEST).read_text()[:200]),
         "manifest.json: not valid JSON",
         "",
     ),
@@ -125,10 +124,7 @@ def test_damaged_derived_graph_stops_start_up_in_one_line(tiny_int8_bundle: Path
     assert str(bundle) in line
     (bundle / "decoder.int8.onnx").unlink()
     load_bundle(bundle)
-    assert (
-        sha256(bundle / "decoder.int8.onnx")
-        == json.loads((bundle / "manifest.json").read_text())["sha256"]["decoder.int8.onnx"]
-    )
+    assert sha256(bundle / "decoder.int8.onnx") == Manifest.read(bundle).sha256["decoder.int8.onnx"]
 
 
 def test_two_bundles_of_one_pair(tiny_bundle: Path, tmp_path: Path) -> None:

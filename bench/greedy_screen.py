@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 from service.decoding import DecodeRequest, decode
 from service.runtime.bundle import Bundle, load_bundle
 from service.runtime.manifest import is_bundle
-from service.runtime.runner import Runner
+from service.runtime.runner import Runner, open_runner
 
 CACHE = Path.home() / ".cache" / "attnserve" / "bench"
 FLAT_VOCAB = 58_000
@@ -112,9 +112,12 @@ def runners(bundle: Bundle, before: Path | None) -> dict[str, Callable[[], Runne
 
     def fast_before() -> Runner:
         with mock.patch("service.runtime.runner.attention_library", lambda: str(before)):
-            return Runner(bundle, "cpu", fast=True)
+            return open_runner(bundle, "cpu", role="fast_decoder")
 
-    made = {"exact": lambda: Runner(bundle, "cpu"), "fast": lambda: Runner(bundle, "cpu", fast=True)}
+    made = {
+        "exact": lambda: open_runner(bundle, "cpu"),
+        "fast": lambda: open_runner(bundle, "cpu", role="fast_decoder"),
+    }
     return made | ({"fast, before": fast_before} if before else {})
 
 

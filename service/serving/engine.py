@@ -26,7 +26,7 @@ from service.decoding.constraint import Spelling
 from service.errors import ClientGone, NoSuchIndex, TooLarge, UnknownPair
 from service.runtime.bundle import Bundle, load_bundle
 from service.runtime.providers import CPU, choose_provider
-from service.runtime.runner import Runner, trim_memory
+from service.runtime.runner import AppendedRunner, open_runner, trim_memory
 from service.serving.admission import check_servable
 from service.serving.alignment import SegmentInput, alignable
 from service.serving.budget import Budget, MiB, answer_bytes, request_bytes
@@ -63,8 +63,7 @@ log = logging.getLogger(__name__)
 
 
 class ServingRunner(StepRunner, Protocol):
-    """A step runner as the engine serves it (service/runtime/runner.py's :class:`~service.runtime.runner.Runner`, or a
-    fake)."""
+    """A step runner as the engine serves it (one of service/runtime/runner.py's forms, or a fake)."""
 
     @property
     def attention(self) -> bool: ...  # its graphs give attention weights (else such requests go to ``exact``)
@@ -98,21 +97,21 @@ class Runners:
         provider, threads, variant = settings.provider, settings.threads, bundle.served_variant(settings.graph_variant)
         if choose_provider(provider) == CPU:
             if variant == "float32":
-                fast = Runner(bundle, provider, threads, fast=True)
-                exact = OnFirstUse(partial(Runner, bundle, provider, threads, encoder=fast.encoder), bundle)
+                fast = open_runner(bundle, provider, threads, role="fast_decoder")
+                exact = OnFirstUse(partial(AppendedRunner, bundle, provider, threads, encoder=fast.encoder), bundle)
             else:
-                fast = Runner(bundle, provider, threads, variant)
-                exact = OnFirstUse(partial(Runner, bundle, provider, threads), bundle)
+                fast = open_runner(bundle, provider, threads, variant)
+                exact = OnFirstUse(partial(AppendedRunner, bundle, provider, threads), bundle)
             return cls(exact, fast, exact if exact.has_forced else None)
         limit = settings.gpu_mem_limit_mb
-        on_device = Runner(bundle, provider, threads, gpu_mem_limit_mb=limit)
+        on_device = AppendedRunner(bundle, provider, threads, gpu_mem_limit_mb=limit)
         forced = on_device if on_device.has_forced else None
         if bundle.has_graph("device_decoder", variant):
             encoder = on_device.encoder if variant == "float32" else None
-            device = Runner(bundle, provider, threads, variant, encoder=encoder, device_decoder=True)
+            device = open_runner(bundle, provider, threads, variant, "device_decoder", encoder=encoder)
             return cls(on_device, device, forced)
         if variant != "float32":
-            return cls(on_device, Runner(bundle, provider, threads, variant, gpu_mem_limit_mb=limit), forced)
+            return cls(on_device, open_runner(bundle, provider, threads, variant, gpu_mem_limit_mb=limit), forced)
         return cls(on_device, on_device, forced)
 
 

@@ -11,8 +11,8 @@ import numpy as np
 
 from service.runtime.bundle import Bundle
 from service.runtime.providers import CPU
-from service.runtime.runner import EncoderOutput, Runner, StepOutput
-from service.runtime.tensors import Cache, HostTensors
+from service.runtime.runner import AppendedRunner, EncoderOutput, StepInput, StepOutput
+from service.runtime.tensors import HostTensors
 
 
 class OnFirstUse:
@@ -26,9 +26,9 @@ class OnFirstUse:
         bundle: the bundle ``build`` opens.
     """
 
-    def __init__(self, build: Callable[[], Runner], bundle: Bundle) -> None:
+    def __init__(self, build: Callable[[], AppendedRunner], bundle: Bundle) -> None:
         self._build = build
-        self._runner: Runner | None = None
+        self._runner: AppendedRunner | None = None
         self._lock = threading.Lock()
         self.spec = bundle.spec
         self.form = bundle.form("decoder")
@@ -43,7 +43,7 @@ class OnFirstUse:
         return self._runner is not None
 
     @property
-    def runner(self) -> Runner:
+    def runner(self) -> AppendedRunner:
         """The runner, opened now if it is not yet."""
         if self._runner is None:
             with self._lock:
@@ -54,55 +54,8 @@ class OnFirstUse:
     def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray, position_ids: np.ndarray) -> EncoderOutput:
         return self.runner.encode(input_ids, attention_mask, position_ids)
 
-    def step(
-        self,
-        input_ids: np.ndarray,
-        position_ids: np.ndarray,
-        encoder_attention_mask: np.ndarray,
-        self_attention_mask: np.ndarray | None,
-        cross_keys: list[Cache],
-        cross_values: list[Cache],
-        past_keys: list[Cache],
-        past_values: list[Cache],
-        tokens: bool = False,
-    ) -> StepOutput:
-        return self.runner.step(
-            input_ids,
-            position_ids,
-            encoder_attention_mask,
-            self_attention_mask,
-            cross_keys,
-            cross_values,
-            past_keys,
-            past_values,
-            tokens,
-        )
-
-    def step_candidates(
-        self,
-        input_ids: np.ndarray,
-        position_ids: np.ndarray,
-        parent_rows: np.ndarray,
-        source_rows: np.ndarray,
-        encoder_attention_mask: np.ndarray,
-        cross_keys: list[Cache],
-        cross_values: list[Cache],
-        past_keys: list[Cache],
-        past_values: list[Cache],
-        candidates: int,
-    ) -> StepOutput:
-        return self.runner.step_candidates(
-            input_ids,
-            position_ids,
-            parent_rows,
-            source_rows,
-            encoder_attention_mask,
-            cross_keys,
-            cross_values,
-            past_keys,
-            past_values,
-            candidates,
-        )
+    def step(self, step: StepInput) -> StepOutput:
+        return self.runner.step(step)
 
     def cross_attention(self, sources: list[list[int]], targets: list[list[int]]) -> list[np.ndarray]:
         return self.runner.cross_attention(sources, targets)

@@ -18,7 +18,7 @@ from model.transformer import greedy_decode
 from service.decoding import DecodeRequest, decode
 from service.runtime.bundle import load_bundle
 from service.runtime.manifest import MANIFEST, Manifest
-from service.runtime.runner import Runner
+from service.runtime.runner import open_runner
 from tests.bundles import tiny_model, write_fixtures
 from tests.conftest import FIXTURES, TINY, TINY_INT8
 from tests.model.export.shapes import CONFIGS, sources
@@ -35,7 +35,7 @@ def test_onnx_matches_pytorch(name: str, spm: Path, tmp_path: Path) -> None:
 
     # Greedy decoding through the step graph (the service's decoder) gives PyTorch's tokens, and the attention
     # rows it collected step by step equal a teacher-forced pass.
-    runner = Runner(load_bundle(bundle_dir), "cpu")
+    runner = open_runner(load_bundle(bundle_dir), "cpu")
     srcs = sources(model)
     results = decode(runner, [DecodeRequest(src=s, max_length=12, attention=True) for s in srcs])
     S = max(map(len, srcs))

@@ -21,7 +21,7 @@ from model.export.store import WEIGHTS
 from service.decoding import DecodeRequest, decode
 from service.runtime.bundle import load_bundle
 from service.runtime.manifest import MANIFEST, Manifest, sha256
-from service.runtime.runner import Runner
+from service.runtime.runner import open_runner
 from tests.bundles import SENTENCES, tiny_model
 from tests.conftest import FIXTURES, TINY, TINY_INT8
 from tests.model.export.shapes import CONFIGS
@@ -78,8 +78,8 @@ def test_add_device_keeps_every_other_file(store: str, tmp_path: Path) -> None:
     if store == "float32":  # as the exporter writes it
         assert after[DEVICE] == sha256(FIXTURES / TINY / DEVICE)
     requests = [DecodeRequest(src=loaded.tokenizer.encode_source(t), beam_size=2, max_length=8) for t in SENTENCES]
-    exact = decode(Runner(loaded, "cpu"), requests)
-    device = decode(Runner(loaded, "cpu", device_decoder=True), requests)
+    exact = decode(open_runner(loaded, "cpu"), requests)
+    device = decode(open_runner(loaded, "cpu", role="device_decoder"), requests)
     assert [r.hypotheses[0].tokens for r in device] == [r.hypotheses[0].tokens for r in exact]
 
 
@@ -92,11 +92,11 @@ def test_the_float16_variant_decodes_on_float16_caches(tmp_path: Path) -> None:
     assert (bundle / WEIGHTS).stat().st_size == size  # each float16 weight stored once already
     loaded = load_bundle(bundle)
     assert loaded.graph("device_decoder", "float16").name == DEVICE_FLOAT16
-    half = Runner(loaded, "cpu", variant="float16", device_decoder=True)
+    half = open_runner(loaded, "cpu", variant="float16", role="device_decoder")
     assert half.form.candidates and half.tensors.empty((1, 1, 1, 1)).data_type() == "tensor(float16)"
     requests = [DecodeRequest(src=loaded.tokenizer.encode_source(t), beam_size=b, max_length=6)
                 for t in SENTENCES[:6] for b in (1, 3)]  # fmt: skip
-    exact, approx = decode(Runner(loaded, "cpu"), requests), decode(half, requests)
+    exact, approx = decode(open_runner(loaded, "cpu"), requests), decode(half, requests)
     same = [a.hypotheses[0].tokens == b.hypotheses[0].tokens for a, b in zip(exact, approx, strict=True)]
     assert sum(same) >= len(same) - 1  # float16 may break a near tie
     for a, b in zip(exact, approx, strict=True):

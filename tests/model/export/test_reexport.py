@@ -19,7 +19,7 @@ from model.export.weights import load_model, load_state_dict
 from service.decoding import DecodeRequest, decode
 from service.runtime.bundle import load_bundle
 from service.runtime.manifest import Manifest
-from service.runtime.runner import Runner
+from service.runtime.runner import open_runner
 from service.serving.confidence import FEATURES
 from tests.bundles import SENTENCES
 from tests.conftest import FIXTURES, TINY_INT8
@@ -70,7 +70,11 @@ def tokens(bundle_dir: Path) -> list[list[int]]:
     bundle = load_bundle(bundle_dir)
     sources = [bundle.tokenizer.encode_source(s) for s in SENTENCES]
     out = []
-    for runner in (Runner(bundle, "cpu"), Runner(bundle, "cpu", fast=True), Runner(bundle, "cpu", variant="int8")):
+    for runner in (
+        open_runner(bundle, "cpu"),
+        open_runner(bundle, "cpu", role="fast_decoder"),
+        open_runner(bundle, "cpu", variant="int8"),
+    ):
         for beam in (1, 4):
             results = decode(runner, [DecodeRequest(src=s, beam_size=beam, max_length=12) for s in sources])
             out += [r.hypotheses[0].tokens for r in results]

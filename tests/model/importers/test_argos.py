@@ -13,7 +13,7 @@ from service.cli.main import main
 from service.decoding import DecodeRequest, decode
 from service.runtime.bundle import Bundle, load_bundle
 from service.runtime.manifest import Manifest
-from service.runtime.runner import Runner
+from service.runtime.runner import open_runner
 from service.serving.engine import Engine
 from service.serving.translation import Options
 from service.settings import Settings
@@ -47,7 +47,7 @@ def ours(bundle: Bundle, batch: list[str], beam: int, fast: bool = False, varian
         for t in batch
     ]
     eos = bundle.spec.eos_id
-    results = decode(Runner(bundle, "cpu", variant=variant, fast=fast), requests)
+    results = decode(open_runner(bundle, "cpu", variant=variant, role="fast_decoder" if fast else "decoder"), requests)
     return [tok.pieces([i for i in r.hypotheses[0].tokens if i != eos]) for r in results]
 
 

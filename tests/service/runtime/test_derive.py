@@ -17,7 +17,7 @@ from service.decoding import DecodeRequest, decode
 from service.runtime.bundle import BundleError, load_bundle, sha256
 from service.runtime.derive import DeriveError, derive_missing, derived_entries
 from service.runtime.manifest import MANIFEST, Manifest
-from service.runtime.runner import Runner
+from service.runtime.runner import open_runner
 from tests.service.process import REPO
 
 INT8 = ("encoder.int8.onnx", "decoder.int8.onnx")
@@ -74,7 +74,7 @@ def test_the_derived_graphs_decode(underived: Path) -> None:
         DecodeRequest(src=bundle.tokenizer.encode_source(t), beam_size=1, max_length=40)
         for t in ("Open file", "Settings")
     ]
-    for result in decode(Runner(bundle, "cpu", variant="int8"), requests):
+    for result in decode(open_runner(bundle, "cpu", variant="int8"), requests):
         tokens = result.hypotheses[0].tokens
         assert 0 < len(tokens) <= 40 and all(isinstance(t, int | np.integer) for t in tokens)
 
@@ -155,7 +155,7 @@ def test_derive_gives_a_float32_bundle_its_int8_graphs(
     requests = [
         DecodeRequest(src=loaded.tokenizer.encode_source("Open file"), beam_size=b, max_length=12) for b in (1, 4)
     ]
-    for result in decode(Runner(loaded, "cpu", variant="int8"), requests):
+    for result in decode(open_runner(loaded, "cpu", variant="int8"), requests):
         assert 0 < len(result.hypotheses[0].tokens) <= 12
     assert main(["derive", str(bundle)]) == 0
     assert capsys.readouterr().out == (

@@ -20,6 +20,7 @@ from service.errors import NoSuchIndex, TooLarge, UnknownPair
 from service.http import errors
 from service.runtime.bundle import ModelSpec, load_bundle
 from service.runtime.manifest import Manifest
+from service.runtime.runner import AppendedRunner, open_runner
 from service.runtime.runner import Runner as OnnxRunner
 from service.serving.budget import BudgetFull, MiB
 from service.serving.catalog import served_graphs
@@ -281,8 +282,8 @@ def test_a_device_decoder_leaves_forced_and_constrained_requests_to_the_exact_ru
     every logit (a constrained re-decode of a broken span) or want attention rows, which go to the exact runner; the
     answers are the CPU fast decoder's."""
     bundle = load_bundle(tiny_bundle)
-    exact = OnnxRunner(bundle, "cpu")
-    device = OnnxRunner(bundle, "cpu", device_decoder=True, encoder=exact.encoder)
+    exact = AppendedRunner(bundle, "cpu")
+    device = open_runner(bundle, "cpu", role="device_decoder", encoder=exact.encoder)
     engine = Engine(bundle, Settings(bundles=[tiny_bundle]), Runners(exact, device, exact))
     served: list[tuple[str, list[DecodeRequest]]] = []
 
@@ -330,7 +331,7 @@ def test_a_pair_entry_may_set_one_field_and_the_global_gives_the_other() -> None
 
 def session_files(*runners: OnnxRunner) -> list[str]:
     """The graph files of the runners' sessions, each session once."""
-    sessions = {id(s): s for r in runners for s in (r.encoder, r.decoder, r.forced) if s is not None}
+    sessions = {id(s): s for r in runners for s in (r.encoder, r.decoder, getattr(r, "forced", None)) if s is not None}
     return sorted(Path(s._model_path).name for s in sessions.values())
 
 

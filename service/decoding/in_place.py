@@ -8,9 +8,12 @@ with room for more rows, and lets a beam request's G rows share one source row o
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from service.decoding.caches import Caches
+from service.decoding.greedy_choice import GreedyChoice
 from service.decoding.rows import Rows
 from service.decoding.step_runner import StepRunner
 from service.runtime import _beam
@@ -31,6 +34,7 @@ class DeviceInPlaceCaches(Caches):
     def __init__(self, tensors: Tensors, spec: ModelSpec, greedy_tokens: bool) -> None:
         super().__init__(tensors, spec)
         self.greedy_tokens = greedy_tokens
+        self.choice = GreedyChoice()
 
     def prepare(self, rows: Rows) -> int:
         """Room for one more token in the longest row (the buffers grow, doubling); their capacity."""
@@ -42,12 +46,18 @@ class DeviceInPlaceCaches(Caches):
         return int(capacity)
 
     def run(self, runner: StepRunner, rows: Rows, greedy: bool) -> StepOutput:
-        """The decoder on every row (``greedy``: every row greedy and unscored, so greedy tokens serve)."""
+        """The decoder on every row (``greedy``: every row greedy and unscored, so greedy tokens may serve, where
+        :class:`GreedyChoice` finds them the cheaper)."""
         caches = (self.cross_keys, self.cross_values, self.past_keys, self.past_values)
-        tokens = greedy and self.greedy_tokens
-        return runner.step(
+        chosen = greedy and self.greedy_tokens
+        tokens = chosen and self.choice.tokens()
+        started = time.perf_counter()
+        out = runner.step(
             StepInput(rows.last[:, None], rows.length[:, None], self.encoder_mask, *caches, tokens=tokens)
         )
+        if chosen:
+            self.choice.record(tokens, time.perf_counter() - started, len(rows.last))
+        return out
 
     def trim(self, rows: Rows, live: np.ndarray) -> None:
         """Buffers 4 times what the longest row needs (and 64 slots or more) are cut to twice that; then source

@@ -18,6 +18,7 @@ import pytest
 from service.decoding import BatchDecoder, DecodeRequest, DecodeResult, decode, pack
 from service.decoding.batch import Batch
 from service.decoding.caches import Caches
+from service.decoding.greedy_choice import GreedyChoice
 from service.decoding.in_place import DeviceInPlaceCaches
 from service.runtime.bundle import Bundle, load_bundle
 from service.runtime.providers import CPU
@@ -170,6 +171,25 @@ def test_greedy_requests_without_scores_take_the_graphs_tokens(tiny_bundle: Path
     with patch.object(InPlaceRunner, "_bind_rows", recorded):
         results, _ = staggered(fast, requests)
     assert modes[:3] == [True, False, True], f"tokens, then logits, then tokens again: {modes}"
+    assert_exact_answers(bundle, requests, results)
+
+
+def test_greedy_steps_give_the_exact_tokens_in_either_mode(tiny_bundle: Path) -> None:
+    """Greedy steps alternating between the graph's greedy tokens and every row's logits (GreedyChoice's two
+    modes) give the exact graphs' tokens, and each mode's cost a row is measured."""
+    bundle = load_bundle(tiny_bundle)
+    requests = requests_of(bundle, [1] * 8, [9, 3, 4, 5, 2, 6, 3, 4], scores=False)
+    asked: list[bool] = []
+
+    def alternate(choice: GreedyChoice) -> bool:
+        choice.steps += 1
+        asked.append(choice.steps % 2 == 0)
+        return asked[-1]
+
+    fast = open_runner(bundle, "cpu", role="fast_decoder")
+    with patch.object(GreedyChoice, "tokens", alternate):
+        results, _ = staggered(fast, requests)
+    assert True in asked and False in asked
     assert_exact_answers(bundle, requests, results)
 
 

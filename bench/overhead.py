@@ -159,11 +159,15 @@ def in_process_run(work: Path, env: dict[str, str], seconds: float, run: Run) ->
     print(f"  {run.label}: {run.rates[-1]:.1f}/s", flush=True)
 
 
-def attnserve_server(bundle: Path, env: dict[str, str], attnserve: list[str]) -> Server:
-    """``attnserve serve`` (the command ``attnserve``) pinned to the server's core."""
+def attnserve_server(
+    bundle: Path | None, env: dict[str, str], attnserve: list[str], cores: str = SERVER_CORE, ready_timeout: float = 120
+) -> Server:
+    """``attnserve serve`` (the command ``attnserve``) of ``bundle`` (None: what ``env`` names) pinned to ``cores``,
+    the server's core by default."""
     port = free_port()
-    command = pinned(SERVER_CORE, [*attnserve, "serve", "--bundle", str(bundle), "--port", str(port)])
-    return Server(command, port, {"ATTNSERVE_LOG_LEVEL": "warning", **ONE_THREAD, **env})
+    served = ["--bundle", str(bundle)] if bundle is not None else []
+    command = pinned(cores, [*attnserve, "serve", *served, "--port", str(port)])
+    return Server(command, port, {"ATTNSERVE_LOG_LEVEL": "warning", **ONE_THREAD, **env}, ready_timeout)
 
 
 async def closed_loop(

@@ -158,8 +158,8 @@ def measure(server: Server, sentences: list[str], options: dict[str, Any], secon
     rows = {}
     for shape, (clients, per_request) in SHAPES.items():
         load = bodies(sentences, per_request, options)
-        asyncio.run(closed_loop(server.url, load, clients, min(3.0, seconds)))  # warm-up
-        rate, median, _ = asyncio.run(closed_loop(server.url, load, clients, seconds))
+        asyncio.run(closed_loop(server.url, load, clients, min(3.0, seconds), timeout=600))  # warm-up
+        rate, median, _ = asyncio.run(closed_loop(server.url, load, clients, seconds, timeout=600))
         rows[shape] = (rate * per_request, median)
         print(f"    {shape}: {rate * per_request:.1f} sentences/s, median {median * 1000:.0f} ms", flush=True)
     return {"rows": rows, "outputs": translate_all(server.url, sentences, options), "rss": server.peak_rss_mb()}

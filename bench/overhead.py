@@ -171,10 +171,10 @@ def attnserve_server(
 
 
 async def closed_loop(
-    url: str, bodies: list[dict[str, Any]], clients: int, seconds: float
+    url: str, bodies: list[dict[str, Any]], clients: int, seconds: float, timeout: float = 120
 ) -> tuple[float, float, dict[int, str]]:
-    """``clients`` loops, each sending the next sentence in turn and waiting for its answer, for ``seconds``:
-    (answers/s, median latency in s, the first translation of each sentence)."""
+    """``clients`` loops, each sending the next sentence in turn and waiting for its answer (at most ``timeout``
+    seconds), for ``seconds``: (answers/s, median latency in s, the first translation of each sentence)."""
     import aiohttp
 
     outputs: dict[int, str] = {}
@@ -198,9 +198,8 @@ async def closed_loop(
             latencies.append(time.perf_counter() - t0)
             outputs.setdefault(i, answer["translatedText"])
 
-    timeout = aiohttp.ClientTimeout(total=120)
     connector = aiohttp.TCPConnector(limit=clients)
-    async with aiohttp.ClientSession(url, timeout=timeout, connector=connector) as http:
+    async with aiohttp.ClientSession(url, timeout=aiohttp.ClientTimeout(total=timeout), connector=connector) as http:
         t0 = time.perf_counter()
         await asyncio.gather(*(client(http) for _ in range(clients)))
         elapsed = time.perf_counter() - t0

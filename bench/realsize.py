@@ -20,11 +20,15 @@ request (bench/overhead.py's load) at each decoding. The ratio over HTTP is agai
 thread) or cores 0-1 (two), the load generator to core 1. Every cell says whether both sides produced the same
 tokens (offline) or the same text (over HTTP, the texts without protected spans).
 
+``--profile MODEL,COMPUTE,BEAM,THREADS`` profiles one cell's server under that load instead (py-spy and perf,
+bench/profile_table.py, as ``bench/overhead.py --profile``) into its own section (``realsize-profile``).
+
 ``--libretranslate VENV`` adds bench/libretranslate.py on the Argos package: LibreTranslate 1.9.6 against attnserve
 serving the same installed package from ``ATTNSERVE_ARGOS_PACKAGES``.
 
     python bench/realsize.py --libretranslate /tmp/lt-venv-reload
     python bench/realsize.py --models trained --threads 1 --sentences 16 --seconds 2 --no-write
+    python bench/realsize.py --profile flat,float32,4,1
 """
 
 from __future__ import annotations
@@ -40,11 +44,12 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from common import CORPUS, DOCS, ROOT, machine, pairs, versions, write_section
+from common import CORPUS, DOCS, ROOT, Server, machine, pairs, versions, write_section
 from offline import Job, run_job
 from overhead import CLIENT_CORE, attnserve_server, closed_loop, plain_texts
 
@@ -58,7 +63,8 @@ CORES = {1: "0", 2: "0,1"}
 ATTNSERVE = [str(Path(sys.executable).with_name("attnserve"))]
 # each text decoded whole and as decoded, no model outside --bundle: the work CTranslate2 does
 SERVE_ENV = {"ATTNSERVE_SENTENCE_SPLIT_CHARS": "100000", "ATTNSERVE_REPETITION_GUARD": "false",
-             "ATTNSERVE_ARGOS_PACKAGES": ""}  # fmt: skip
+             "ATTNSERVE_ARGOS_PACKAGES": "", "ATTNSERVE_REQUEST_TIMEOUT_S": "600"}  # fmt: skip
+TIMEOUT = 600  # a client's, s: a 74 M model's 32 queued texts of 48 tokens take minutes on a busy core
 
 
 @dataclass(frozen=True)
@@ -182,7 +188,8 @@ def build(name: str, cache: Path, size: Size, base: Path, spm: Path) -> Model:
     ready = out / "ready.json"
     if ready.exists() and json.loads(ready.read_text())["stamp"] == stamp:
         entry = json.loads(ready.read_text())["model"]
-        return Model(**{k: Path(v) if k != "name" and v else v for k, v in entry.items()})
+        return Model(entry["name"], *(Path(entry[k]) for k in ("bundle", "ct2", "vocab")),
+                     *(Path(entry[k]) if entry[k] else None for k in ("package", "archive")))  # fmt: skip
     print(f"building {LABELS[name]} in {out}", flush=True)
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
@@ -258,6 +265,15 @@ def server_env(compute: str, threads: int) -> dict[str, str]:
             "ATTNSERVE_DECODE_THREADS": "1", "OMP_NUM_THREADS": str(threads)}  # fmt: skip
 
 
+def bodies(sentences: list[str], beam: int, max_length: int) -> list[dict[str, Any]]:
+    return [{"q": s, "source": "en", "target": "ja", "beam_size": beam, "max_length": max_length} for s in sentences]
+
+
+def serve(model: Model, compute: str, threads: int) -> Server:
+    """``attnserve serve`` of ``model`` at the cell's compute type and threads, on the cell's cores."""
+    return attnserve_server(model.bundle, server_env(compute, threads), ATTNSERVE, CORES[threads], ready_timeout=300)
+
+
 def http(model: Model, cells: list[Cell], sentences: list[str], args: argparse.Namespace) -> None:
     """One server of the cells' model, compute type and threads; each cell's decoding under the closed loop, and its
     first answers compared with both offline runs' (detokenized) on the texts without protected spans."""
@@ -266,18 +282,30 @@ def http(model: Model, cells: list[Cell], sentences: list[str], args: argparse.N
     tokenizer = load_bundle(model.bundle, verify=False).tokenizer
     plain = [i for i, p in enumerate(plain_texts(model.bundle, sentences)) if p]
     first = cells[0]
-    with attnserve_server(model.bundle, server_env(first.compute, first.threads), ATTNSERVE,
-                          CORES[first.threads], ready_timeout=300) as server:  # fmt: skip
+    with serve(model, first.compute, first.threads) as server:
         for cell in cells:
-            bodies = [{"q": s, "source": "en", "target": "ja", "beam_size": cell.beam, "max_length": args.max_length}
-                      for s in sentences]  # fmt: skip
-            asyncio.run(closed_loop(server.url, bodies, args.clients, min(2.0, args.seconds)))  # warm-up
-            rate, p50, outputs = asyncio.run(closed_loop(server.url, bodies, args.clients, args.seconds))
+            load = bodies(sentences, cell.beam, args.max_length)
+            asyncio.run(closed_loop(server.url, load, args.clients, min(2.0, args.seconds), TIMEOUT))  # warm-up
+            rate, p50, outputs = asyncio.run(closed_loop(server.url, load, args.clients, args.seconds, TIMEOUT))
             cell.http = (rate, p50)
             ct2, ours = ([tokenizer.decode(t) for t in side["tokens"]] for side in (cell.ct2, cell.ours))
             answered = [i for i in plain if i in outputs]
             cell.http_same = (sum(outputs[i] == ct2[i] for i in answered), sum(outputs[i] == ours[i] for i in answered),
                               len(answered))  # fmt: skip
+
+
+def profile(model: Model, cell: Cell, sentences: list[str], args: argparse.Namespace, command: str) -> str:
+    """One cell's server under its closed loop, profiled (bench/profile_table.py); returns its section."""
+    from profile_table import profile_section, record_profile
+
+    load = bodies(sentences, cell.beam, args.max_length)
+    with serve(model, cell.compute, cell.threads) as server:
+        asyncio.run(closed_loop(server.url, load, args.clients, min(2.0, args.seconds), TIMEOUT))  # warm-up
+        run = partial(closed_loop, server.url, load, args.clients, args.seconds, TIMEOUT)
+        recorded = record_profile(server, lambda: asyncio.run(run()))
+    what = f"the server of {LABELS[model.name]}, {cell.compute}, {cell.decoding}, {cell.threads} thread(s)"
+    section = profile_section(recorded, "realsize", command, what)
+    return section.replace("bench/overhead.py --profile", "bench/realsize.py")
 
 
 def run_cells(model: Model, sentences: list[str], work: Path, args: argparse.Namespace) -> list[Cell]:
@@ -388,8 +416,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--trained-bundle", type=Path, default=ROOT / "model" / "bundles" / "en-ja")
     ap.add_argument("--spm", type=Path, default=SPM, help="the random models' SentencePiece model")
     ap.add_argument("--cache", type=Path, default=CACHE, help="where the models are built once")
+    ap.add_argument("--profile", metavar="MODEL,COMPUTE,BEAM,THREADS", help="profile this cell's server only")
     ap.add_argument("--libretranslate", type=Path, metavar="VENV", help="also bench/libretranslate.py on the package")
-    ap.add_argument("--lt-seconds", type=float, default=10, help="seconds of load a LibreTranslate cell")
+    ap.add_argument("--lt-sentences", type=int, default=16, help="test sentences of the LibreTranslate part")
+    ap.add_argument("--lt-seconds", type=float, default=5, help="seconds of load a LibreTranslate cell")
     ap.add_argument("--work", type=Path, default=None, help="scratch files here (default: a temporary directory)")
     ap.add_argument("--out", type=Path, default=DOCS, help="BENCHMARKS.md goes here (default docs/)")
     ap.add_argument("--no-write", action="store_true", help="print only")
@@ -404,7 +434,8 @@ def libretranslate(args: argparse.Namespace, package: Model, work: Path) -> str:
 
     assert package.archive is not None
     argv = ["--lt-venv", str(args.libretranslate), "--package", str(package.archive), "--argos-packages",
-            "--max-length", "256", "--set", "ATTNSERVE_REPETITION_GUARD=false", "--sentences", str(args.sentences),
+            "--max-length", "256", "--set", "ATTNSERVE_REPETITION_GUARD=false", "--set",
+            f"ATTNSERVE_REQUEST_TIMEOUT_S={TIMEOUT}", "--sentences", str(args.lt_sentences),
             "--seconds", f"{args.lt_seconds:g}", "--texts", str(args.texts), "--work", str(work / "lt")]  # fmt: skip
     return lt.compare(lt.parse_args(argv))
 
@@ -415,11 +446,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     os.sched_setaffinity(0, {int(CLIENT_CORE)})  # the load generator; servers and engines: on_cores
     load_before = os.getloadavg()[0]
-    models = [build(name, args.cache, Size(), args.trained_bundle, args.spm) for name in args.models]
     args.sentences_used = [s for s, _ in pairs(args.texts, args.sentences) if s.strip()]
-    work = args.work or Path(tempfile.mkdtemp(prefix="realsize-"))
     words = argv if argv is not None else sys.argv[1:]
     command = "python bench/realsize.py " + " ".join(shlex.quote(a) for a in words)
+    if args.profile:
+        name, compute, beam, threads = args.profile.split(",")
+        model = build(name, args.cache, Size(), args.trained_bundle, args.spm)
+        body = profile(model, Cell(name, compute, int(beam), int(threads)), args.sentences_used, args, command)
+        print(body, flush=True)
+        if not args.no_write:
+            write_section("realsize-profile", body, args.out / "BENCHMARKS.md")
+        return
+    models = [build(name, args.cache, Size(), args.trained_bundle, args.spm) for name in args.models]
+    work = args.work or Path(tempfile.mkdtemp(prefix="realsize-"))
     try:
         cells = []
         for model in models:

@@ -40,7 +40,7 @@ def strip_eos(tokens: Sequence[int], eos: int) -> list[int]:
 
 
 class AttnserveEngine:
-    """attnserve's runner without HTTP: ``decode(Runner(bundle, provider, threads, variant, io_binding, fast),
+    """attnserve's runner without HTTP: ``decode(open_runner(bundle, provider, threads, variant, role, io_binding),
     requests)``, on the graphs /translate uses (float32 on the CPU: the fast decoder), or ``device_decoder``'s."""
 
     def __init__(
@@ -53,12 +53,12 @@ class AttnserveEngine:
         device_decoder: bool = False,
     ) -> None:
         from service.runtime.bundle import load_bundle
-        from service.runtime.runner import Runner
+        from service.runtime.runner import DecoderRole, open_runner
 
         self.bundle = load_bundle(bundle_dir, verify=False)
-        fast = variant == "float32" and provider == "cpu" and not device_decoder  # /translate's on the CPU
-        self.runner = Runner(self.bundle, provider, threads, variant, io_binding, fast,  # type: ignore[arg-type]
-                             device_decoder=device_decoder)  # fmt: skip
+        fast = variant == "float32" and provider == "cpu"  # /translate's on the CPU
+        role: DecoderRole = "device_decoder" if device_decoder else "fast_decoder" if fast else "decoder"
+        self.runner = open_runner(self.bundle, provider, threads, variant, role, io_binding)  # type: ignore[arg-type]
         self.eos = self.bundle.spec.eos_id
 
     def batch(self, sources: list[list[int]], beam: int, max_length: int) -> list[list[int]]:
@@ -186,10 +186,11 @@ def prepare(
     """
     from model.export.quantize import ADD_VARIANT
     from model.importers.marian import export_marian
-    from service.runtime.bundle import load_bundle, sha256
+    from service.runtime.bundle import load_bundle
+    from service.runtime.manifest import MANIFEST, is_bundle, sha256
 
     work.mkdir(parents=True, exist_ok=True)
-    stamp = f"{bundle_dir.resolve()} {sha256(bundle_dir / 'manifest.json')}"
+    stamp = f"{bundle_dir.resolve()} {sha256(bundle_dir / MANIFEST)}"
     if (work / "stamp").exists() and (work / "stamp").read_text() != stamp:
         for name in ("bundle", "marian", "ctranslate2"):
             shutil.rmtree(work / name, ignore_errors=True)
@@ -198,7 +199,7 @@ def prepare(
     missing = [v for v in variants if v not in bundle.variants]
     if missing:
         copy = work / "bundle"
-        if not (copy / "manifest.json").exists() or set(missing) - set(load_bundle(copy, verify=False).variants):
+        if not is_bundle(copy) or set(missing) - set(load_bundle(copy, verify=False).variants):
             shutil.rmtree(copy, ignore_errors=True)
             shutil.copytree(bundle_dir, copy)
             for variant in missing:

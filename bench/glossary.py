@@ -38,6 +38,7 @@ from spans import TOLERANCE, placed
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from service.decoding.step_runner import StepRunner
 from service.runtime.bundle import Tokenizer
+from service.runtime.runner import StepInput
 from service.serving.engine import Engine, Options
 from service.settings import EN_JA, Settings
 from service.text.spans import find_spans
@@ -300,8 +301,8 @@ def constrained(  # long: one step loop
     last = np.full((B, 1), spec.decoder_start_id, np.int64)
     for t in range(max(s.max_length for s in states)):
         out = runner.step(
-            last, np.full((B, 1), t, np.int64), mask, np.ones((B, t + 1), np.int64), enc.cross_keys,
-            enc.cross_values, past_k, past_v,
+            StepInput(last, np.full((B, 1), t, np.int64), mask, enc.cross_keys, enc.cross_values, past_k, past_v,
+                      self_attention_mask=np.ones((B, t + 1), np.int64))
         )  # fmt: skip
         past_k, past_v = out.present_keys, out.present_values
         assert out.cross_attentions is not None, "constrained decoding needs the exact graphs' attention"

@@ -126,15 +126,15 @@ def check_gpu_equals_cpu(
 
     from service.decoding import DecodeRequest, decode
     from service.runtime.bundle import load_bundle
-    from service.runtime.runner import Runner
+    from service.runtime.runner import open_runner
 
     bundle = load_bundle(bundle_dir, verify=False)
-    cpu, gpu = Runner(bundle, "cpu", 1), Runner(bundle, provider, 1, io_binding=True)
+    cpu, gpu = open_runner(bundle, "cpu", 1), open_runner(bundle, provider, 1, io_binding=True)
     if gpu.provider != PROVIDERS[provider]:
         sys.exit(f"gpu: the runner chose {gpu.provider}, not {PROVIDERS[provider]}")
     new = None
     if bundle.has_graph("device_decoder"):
-        new = Runner(bundle, provider, 1, device_decoder=True)
+        new = open_runner(bundle, provider, 1, role="device_decoder")
     check = Check(n=len(sources), device_identical=0 if new else None, device_beam_identical=0 if new else None)
     for idx in length_batches([len(s) for s in sources], batch):
         requests = [DecodeRequest(src=sources[i], max_length=max_length, attention=True) for i in idx]
@@ -462,7 +462,7 @@ def breakdown(
     """Each runner's per-step time split (bench/step_times.py), float32 and float16 (where the bundle has its
     graphs), greedy and beam 4, at ``--breakdown-batches``."""
     from service.runtime.bundle import load_bundle
-    from service.runtime.runner import Runner
+    from service.runtime.runner import open_runner
 
     bundle = load_bundle(bundle_dir, verify=False)
     rows = []
@@ -471,7 +471,7 @@ def breakdown(
             new = name == "new"
             if new and not bundle.has_graph("device_decoder", variant):
                 continue
-            runner = Runner(bundle, provider, 1, variant, io_binding=True, device_decoder=new)
+            runner = open_runner(bundle, provider, 1, variant, "device_decoder" if new else "decoder", io_binding=True)
             for beam in (1, 4):
                 for batch in args.breakdown_batches:
                     rows.append(measure(runner, name, variant, sources, beam, batch, args.max_length))

@@ -35,11 +35,11 @@ def findings(bundle_dir: Path) -> dict[str, Any]:
     from service.runtime.bundle import load_bundle
     from service.runtime.gpu_memory import GpuMemoryError, device_memory, loaded_library
     from service.runtime.providers import CUDA, choose_provider, cuda_unusable
-    from service.runtime.runner import Runner
+    from service.runtime.runner import open_runner
 
     chosen = choose_provider("auto")
     listed = ort.get_available_providers()
-    runner = Runner(load_bundle(bundle_dir, verify=False), "auto", 1, gpu_mem_limit_mb=LIMIT_MB)
+    runner = open_runner(load_bundle(bundle_dir, verify=False), "auto", 1, gpu_mem_limit_mb=LIMIT_MB)
     try:
         memory: Any = list(device_memory())  # used, total
     except GpuMemoryError as e:

@@ -1,19 +1,23 @@
 """Greedy float32 on the fast decoder (``attnserve.GreedyTokens``: an int8 screen of the vocabulary, float32 logits for
 the tokens it cannot rule out, every token's when too many pass) against the exact runner (float32 logits from one
 MatMul, argmax on the host), on flat and on trained logits, side by side in one process: each round runs every
-runner once on the same batches, in turn, and the best round counts.
+runner once on the same batches, in turn, and the best round counts. Time is the decoding thread's CPU time (one
+intra-op thread: ONNX Runtime runs on the calling thread), so other work on a shared machine does not count.
 
 - **flat**: the OPUS-MT transformer-base shape (d 512, 6+6 layers, 8 heads, FFN 2048, 58,000 pieces, Marian's swish
   and final logits bias) with random weights drawn as a new MarianMTModel's are (every matrix and embedding from
   N(0, 0.02), biases 0), built here and cached; its logits are flat, so its outputs run to ``--max-length``. Sources
   are random piece ids.
+- **unsure**: the same shape, untied, its output projection's rows one shared direction plus a small spread: every
+  logit of a step lies within the screen's error bound of the largest, so nearly every piece passes the screen (a
+  model unsure of the next token: the screen's worst case, where rows fall back to every token's float32 logit).
 - **trained**: model/bundles/en-ja on the test split's sources (or a few built-in sentences).
 
 ``--before LIB`` adds the fast decoder with another build of service/runtime/_attention.c (e.g. the previous commit's
 ``.so``), for a before/after of the kernel in the same run. Every runner's tokens must be the exact runner's.
 
     python bench/greedy_screen.py
-    python bench/greedy_screen.py --models flat --before /tmp/_attention.before.so
+    python bench/greedy_screen.py --models flat unsure --before /tmp/_attention.before.so
 """
 
 from __future__ import annotations
@@ -32,15 +36,17 @@ sys.path.insert(0, str(ROOT))
 
 from service.decoding import DecodeRequest, decode
 from service.runtime.bundle import Bundle, load_bundle
-from service.runtime.runner import Runner
+from service.runtime.manifest import is_bundle
+from service.runtime.runner import Runner, open_runner
 
-CACHE = Path.home() / ".cache" / "attnserve" / "bench" / "flat-base-58k"
+CACHE = Path.home() / ".cache" / "attnserve" / "bench"
 FLAT_VOCAB = 58_000
+SPREAD = 0.1  # the unsure model's output rows: the shared direction's scale times this, drawn per row
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", nargs="+", default=["flat", "trained"], choices=["flat", "trained"])
+    ap.add_argument("--models", nargs="+", default=["flat", "trained"], choices=["flat", "unsure", "trained"])
     ap.add_argument("--trained", type=Path, default=ROOT / "model" / "bundles" / "en-ja")
     ap.add_argument("--texts", type=int, default=64, help="sources decoded, --batch at a time")
     ap.add_argument("--batch", type=int, default=16)
@@ -50,9 +56,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
-def flat_bundle(path: Path = CACHE) -> Path:
-    """The transformer-base shape with random weights, exported once (torch) into ``path``."""
-    if (path / "manifest.json").is_file():
+def flat_bundle(name: str = "flat", cache: Path = CACHE) -> Path:
+    """The transformer-base shape with random weights (``name`` flat or unsure), exported once (torch) into the
+    cache."""
+    path = cache / f"{name}-base-58k"
+    if is_bundle(path):
         return path
     import torch
 
@@ -61,7 +69,8 @@ def flat_bundle(path: Path = CACHE) -> Path:
 
     torch.manual_seed(0)
     config = TransformerConfig(vocab_size=FLAT_VOCAB, pad_id=FLAT_VOCAB - 1, decoder_start_id=FLAT_VOCAB - 1,
-                               activation="swish", final_logits_bias=True)  # fmt: skip
+                               activation="swish", final_logits_bias=True,
+                               tie_embeddings=name != "unsure")  # fmt: skip
     model = make_model(config)
     with torch.no_grad():  # transformers' MarianPreTrainedModel._init_weights (init_std 0.02)
         for name, p in model.named_parameters():
@@ -70,15 +79,18 @@ def flat_bundle(path: Path = CACHE) -> Path:
             elif "norm" not in name:
                 p.zero_()
         model.src_embed.lut.weight[config.pad_id].zero_()
+        if name == "unsure":
+            proj = model.generator.proj.weight
+            proj.copy_(torch.randn(config.d_model) * 0.02 + torch.randn_like(proj) * 0.02 * SPREAD)
     spm = ROOT / "model" / "bundles" / "en-ja" / "spm.model"  # any tokenizer: the sources are ids
     tokenizer = {"source": spm, "target": spm}
-    return export_bundle(model.eval(), path, name="flat", source_lang="en", target_lang="ja",
+    return export_bundle(model.eval(), path, name=name, source_lang="en", target_lang="ja",
                          tokenizer=tokenizer, force=True)  # fmt: skip
 
 
 def sources(bundle: Bundle, name: str, n: int) -> list[list[int]]:
     """Random ids for the flat model (8 to 30 a source, </s> last), the test split's sources for the trained one."""
-    if name == "flat":
+    if name != "trained":
         rng = np.random.default_rng(0)
         eos, V = bundle.spec.eos_id, bundle.spec.vocab_size
         return [[*rng.integers(2, V - 1, rng.integers(8, 31)).tolist(), eos] for _ in range(n)]
@@ -86,13 +98,13 @@ def sources(bundle: Bundle, name: str, n: int) -> list[list[int]]:
 
 
 def timed(runner: Runner, srcs: list[list[int]], batch: int, max_length: int) -> tuple[float, list[list[int]]]:
-    """Seconds to decode ``srcs`` greedily, ``batch`` at a time, and the tokens."""
+    """CPU seconds of this thread to decode ``srcs`` greedily, ``batch`` at a time, and the tokens."""
     tokens = []
-    start = time.perf_counter()
+    start = time.thread_time()
     for i in range(0, len(srcs), batch):
         requests = [DecodeRequest(src=s, beam_size=1, max_length=max_length) for s in srcs[i : i + batch]]
         tokens += [r.hypotheses[0].tokens for r in decode(runner, requests)]
-    return time.perf_counter() - start, tokens
+    return time.thread_time() - start, tokens
 
 
 def runners(bundle: Bundle, before: Path | None) -> dict[str, Callable[[], Runner]]:
@@ -100,9 +112,12 @@ def runners(bundle: Bundle, before: Path | None) -> dict[str, Callable[[], Runne
 
     def fast_before() -> Runner:
         with mock.patch("service.runtime.runner.attention_library", lambda: str(before)):
-            return Runner(bundle, "cpu", fast=True)
+            return open_runner(bundle, "cpu", role="fast_decoder")
 
-    made = {"exact": lambda: Runner(bundle, "cpu"), "fast": lambda: Runner(bundle, "cpu", fast=True)}
+    made = {
+        "exact": lambda: open_runner(bundle, "cpu"),
+        "fast": lambda: open_runner(bundle, "cpu", role="fast_decoder"),
+    }
     return made | ({"fast, before": fast_before} if before else {})
 
 
@@ -135,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "|---|---|---|---|---|",
     ]
     for name in args.models:
-        bundle = load_bundle(flat_bundle() if name == "flat" else args.trained)
+        bundle = load_bundle(args.trained if name == "trained" else flat_bundle(name))
         lines += compare(name, bundle, args)
     print("\n".join(lines))
     return 0

@@ -22,6 +22,10 @@ from pathlib import Path
 import httpx
 from common import ROOT, Server, free_port, machine, versions, write_section
 
+sys.path.insert(0, str(ROOT))
+
+from service.runtime.manifest import MANIFEST, Manifest
+
 CODES = ["de", "fr", "es", "it", "pt", "nl", "sv", "pl", "ru", "uk", "tr", "ko", "zh", "ar", "fi", "cs", "da", "el",
          "hu", "ro"]  # fmt: skip
 BODY = {"q": "Delete the selected files?"}
@@ -46,9 +50,9 @@ def copies(bundle: Path, n: int, root: Path) -> list[tuple[Path, tuple[str, str]
         code = CODES[i // 2]
         pair = (code, "en") if i % 2 == 0 else ("en", CODES[10 + i // 2])
         path = Path(shutil.copytree(source, root / f"{pair[0]}-{pair[1]}"))
-        manifest = json.loads((path / "manifest.json").read_text())
-        manifest.update(name=path.name, source_lang=pair[0], target_lang=pair[1])
-        (path / "manifest.json").write_text(json.dumps(manifest))
+        manifest = Manifest.read(path)
+        manifest.name, manifest.source_lang, manifest.target_lang = path.name, *pair
+        manifest.write(path)
         out.append((path, pair))
     return out
 
@@ -107,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         made = copies(args.bundle, args.bundles, Path(tmp))
         bundles, pairs = [p for p, _ in made], [pair for _, pair in made]
-        disk_mb = sum(f.stat().st_size for f in bundles[0].iterdir() if f.name != "manifest.json") / (1 << 20)
+        disk_mb = sum(f.stat().st_size for f in bundles[0].iterdir() if f.name != MANIFEST) / (1 << 20)
         bound = int(args.fit * disk_mb) + 1
         eager = run(pairs, bundles, {"ATTNSERVE_EAGER_MODELS": str(args.bundles)}, args.firsts)
         lazy = run(
@@ -146,9 +150,10 @@ def report(
     per = (eager["rss_all"] - lazy["rss_ready"]) / n
     lines += [
         "",
-        f"A loaded bundle adds about {per:.0f} MiB of RSS ({per / disk_mb:.1f}× its size on disk, by which "
-        "`ATTNSERVE_MODELS_MEMORY_MB` counts it). A first request to an unloaded pair pays the load: ONNX Runtime "
-        "sessions, schedulers and warm-up (and an unload first when the bound is reached).",
+        f"A loaded bundle adds about {per:.0f} MiB of RSS ({per / disk_mb:.1f}× its size on disk; "
+        "`ATTNSERVE_MODELS_MEMORY_MB` counts its loaded weights, `attnserve models`). A first request to an "
+        "unloaded pair pays the load: ONNX Runtime sessions, schedulers and warm-up (and an unload first when the "
+        "bound is reached).",
         "",
         f"`{' '.join(['python bench/pairs.py', *(argv_of(args))])}` on {machine()}; {versions('onnxruntime')}.",
     ]

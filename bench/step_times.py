@@ -73,7 +73,6 @@ def _timed(runner: Any, clock: _Clock) -> Iterator[None]:
     from service.decoding import batch as batch_module
     from service.decoding.caches import Caches
     from service.decoding.gathered import GatheredCaches
-    from service.runtime.runner import Runner
 
     with ExitStack() as stack:
 
@@ -82,8 +81,7 @@ def _timed(runner: Any, clock: _Clock) -> Iterator[None]:
 
         patch(runner.decoder, "run_with_iobinding", "run")
         patch(runner.decoder, "run", "run")
-        patch(Runner, "step", "runner")
-        patch(Runner, "step_candidates", "runner")
+        patch(type(runner), "step", "runner")
         patch(batch_module.Batch, "_choose", "selection")
         patch(batch_module, "beam_choose", "selection")
         patch(Caches, "move", "reorder")

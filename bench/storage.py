@@ -19,7 +19,6 @@ Each prints its table in docs/BENCHMARKS.md's form.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import tempfile
@@ -39,7 +38,8 @@ from model.export.store import stored_float16
 from model.transformer import Transformer, TransformerConfig
 from service.decoding import DecodeRequest, decode
 from service.runtime.bundle import Bundle, load_bundle
-from service.runtime.runner import Runner
+from service.runtime.manifest import Manifest
+from service.runtime.runner import Runner, open_runner
 from tests.bundles import tiny_spm
 
 SHAPES = {
@@ -64,7 +64,7 @@ def start_up(bundle_dir: Path) -> tuple[float, list[list[int]]]:
     """Seconds from nothing loaded to one text decoded, and every fallback text's greedy tokens."""
     began = time.perf_counter()
     bundle = load_bundle(bundle_dir)
-    runner = Runner(bundle, "cpu")
+    runner = open_runner(bundle, "cpu")
     decode(runner, [DecodeRequest(src=bundle.tokenizer.encode_source(FALLBACK[0]), max_length=4)])
     seconds = time.perf_counter() - began
     requests = [DecodeRequest(src=bundle.tokenizer.encode_source(t), max_length=32) for t in FALLBACK]
@@ -98,12 +98,12 @@ def random_models(layers: int, rounds: int) -> None:
 
 def runner(bundle: Bundle, variant: str) -> Runner:
     """What /translate decodes on: the fast float32 graphs, or the int8 ones."""
-    return Runner(bundle, "cpu", fast=True) if variant == "float32" else Runner(bundle, "cpu", variant=variant)
+    return open_runner(bundle, "cpu", variant=variant, role="fast_decoder" if variant == "float32" else "decoder")
 
 
 def stored_pair(source: Path, work: Path) -> dict[str, Bundle]:
     """The float32-stored bundle ``source`` (copied, its derived graphs written there) and its float16 re-store."""
-    if stored_float16(source / json.loads((source / "manifest.json").read_text())["graphs"]["encoder"]):
+    if stored_float16(source / Manifest.read(source).graphs["encoder"]):
         raise SystemExit(f"{source} stores its weights as float16 already; give its float32-stored form")
     copy = Path(shutil.copytree(source, work / "float32", ignore=shutil.ignore_patterns("*.int8.onnx")))
     restored = export_from_bundle(copy, work / "float16", float16=True)

@@ -155,7 +155,7 @@ def calibrate(
         "omission threshold %.3f (Youden's J %.3f on dev), %d curve points", tau, j, len(calibration["curve"]["x"])
     )
     if write:
-        manifest.data["calibration"] = calibration
+        manifest.calibration = calibration
         manifest.write(bundle_dir)
         log.info("wrote the calibration into %s", bundle_dir / MANIFEST)
     return calibration

@@ -25,7 +25,7 @@ from model.data import read_pairs
 from service.decoding import DecodeRequest, decode
 from service.runtime.bundle import load_bundle
 from service.runtime.manifest import MANIFEST, Manifest
-from service.runtime.runner import Runner
+from service.runtime.runner import Runner, open_runner
 
 log = logging.getLogger(__name__)
 
@@ -110,10 +110,10 @@ def evaluate(
     test = read_pairs(corpus / f"{split}.tsv")[:limit]
     sources, refs = [s for s, _ in test], [t for _, t in test]
     bundle = load_bundle(bundle_dir)
-    runner = Runner(bundle, "cpu", threads=0, fast=True)  # what /translate decodes on (the exact graphs' tokens)
+    runner = open_runner(bundle, "cpu", 0, role="fast_decoder")  # what /translate decodes on (the exact graphs' tokens)
     results: dict[str, Any] = {}
     for variant in ["float32", *(v for v in bundle.variants if v == "int8")]:
-        variant_runner = runner if variant == "float32" else Runner(bundle, "cpu", threads=0, variant=variant)
+        variant_runner = runner if variant == "float32" else open_runner(bundle, "cpu", 0, variant)
         for name, beam in (("greedy", 1), ("beam 4", 4)):
             t0 = time.perf_counter()
             hyps = translate(variant_runner, sources, beam)
@@ -131,7 +131,7 @@ def evaluate(
     if write:
         manifest = Manifest.read(bundle_dir)
         command = f"attnserve evaluate {bundle_dir} --corpus {corpus}" + (f" --limit {limit}" if limit else "")
-        manifest.data["scores"] = [
+        manifest.scores = [
             {"metric": metric, "value": value, "decoding": name, "test_set": report["test_set"], "command": command}
             for name, r in results.items()
             for metric, value in r.items()

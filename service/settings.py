@@ -68,9 +68,11 @@ class Settings(BaseSettings):
     models_memory_mb: int = Field(
         0,
         ge=0,
-        description="Memory the loaded bundles may take, each counted by its files' size on disk (the resident "
-        'memory of a loaded bundle is larger: docs/BENCHMARKS.md, "Many pairs"). Bundles load on first use; when '
-        "one more would pass this, the least recently used bundle with no request in flight is unloaded first, and "
+        description="Memory the loaded bundles may take, each counted by the weights its sessions hold at the "
+        "precision it serves, its exact float32 graphs for /attention included (`attnserve models`, loaded; "
+        "float16-stored weights count as the float32 they load as; what a bundle adds to the resident memory: "
+        'docs/BENCHMARKS.md, "Memory of a loaded bundle"). Bundles load on first use; when one more would pass this, '
+        "the least recently used bundle with no request in flight is unloaded first, and "
         "where none can be, the request gets 503 + Retry-After. Lower = less memory, and more first requests that "
         "wait for a load (docs/DEPLOY.md). 0 = no bound: a bundle once loaded stays.",
     )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -10,16 +9,13 @@ from typing import Any
 import torch
 
 from model.export.build import export_device_decoder, export_forced_decoder, state_weights
-from model.export.builder.write import DEVICE, FORCED, write_bundle, write_manifest
+from model.export.builder.write import DEVICE, FORCED, write_bundle
 from model.export.check import check_device_decoder, check_fast_decoder, check_forced_decoder, check_graphs
-from model.export.forms import (
-    DEVICE_DECODER,
-    FORCED_DECODER,
-    with_graph_forms,
-)
+from model.export.forms import DEVICE_DECODER, FORCED_DECODER
 from model.export.store import WEIGHTS, add_weights, store_weights_once, stored_float16
 from model.export.weights import load_model, load_state_dict
 from model.transformer import Transformer, TransformerConfig
+from service.runtime.manifest import Manifest
 
 log = logging.getLogger(__name__)
 
@@ -70,19 +66,20 @@ def add_forced(bundle_dir: Path) -> int:
     Raises:
         ValueError: the forced decoder differs from PyTorch, or the weights file grew (a weight it does not share).
     """
-    manifest = json.loads((bundle_dir / "manifest.json").read_text())
+    manifest = Manifest.read(bundle_dir)
     model = load_model(bundle_dir)
     log.info("forced decoder matches PyTorch within %.2g", export_forced_decoder(model, bundle_dir / FORCED))
     before = (bundle_dir / WEIGHTS).stat().st_size
-    graphs = [name for name in manifest["graphs"].values() if isinstance(name, str) and name != FORCED]
-    sources = [e["from"] for e in manifest.get("derived", {}).values() if e["from"] not in graphs]
-    float16 = stored_float16(bundle_dir / manifest["graphs"]["decoder"])
+    graphs = [name for name in manifest.graph_files if name != FORCED]
+    sources = [e["from"] for e in manifest.derived.values() if e["from"] not in graphs]
+    float16 = stored_float16(bundle_dir / manifest.graphs["decoder"])
     size = store_weights_once(bundle_dir, [*graphs, *dict.fromkeys(sources), FORCED], float16=float16)
     if size != before:
         raise ValueError(f"{WEIGHTS} grew from {before} to {size} bytes: the forced decoder holds a weight of its own")
     check_forced_decoder(model, bundle_dir / FORCED)
-    manifest["graphs"]["forced_decoder"] = FORCED
-    write_manifest(bundle_dir, with_graph_forms(manifest, {FORCED: FORCED_DECODER}))
+    manifest.graphs["forced_decoder"] = FORCED
+    manifest.add_graph_forms({FORCED: FORCED_DECODER.to_manifest()})
+    manifest.write_with_checksums(bundle_dir)
     return size
 
 
@@ -98,16 +95,17 @@ def add_device(bundle_dir: Path) -> int:
     Raises:
         ValueError: the device decoder differs from PyTorch, or the weights file grew (a weight it does not share).
     """
-    manifest = json.loads((bundle_dir / "manifest.json").read_text())
+    manifest = Manifest.read(bundle_dir)
     model = load_model(bundle_dir)
     log.info("device decoder matches PyTorch within %.2g", export_device_decoder(model, bundle_dir / DEVICE))
     before = (bundle_dir / WEIGHTS).stat().st_size
-    size = add_weights(bundle_dir, [DEVICE], float16=stored_float16(bundle_dir / manifest["graphs"]["decoder"]))
+    size = add_weights(bundle_dir, [DEVICE], float16=stored_float16(bundle_dir / manifest.graphs["decoder"]))
     if size != before:
         raise ValueError(f"{WEIGHTS} grew from {before} to {size} bytes: the device decoder holds a weight of its own")
     check_device_decoder(model, bundle_dir / DEVICE)
-    manifest["graphs"]["device_decoder"] = DEVICE
-    write_manifest(bundle_dir, with_graph_forms(manifest, {DEVICE: DEVICE_DECODER}))
+    manifest.graphs["device_decoder"] = DEVICE
+    manifest.add_graph_forms({DEVICE: DEVICE_DECODER.to_manifest()})
+    manifest.write_with_checksums(bundle_dir)
     return size
 
 

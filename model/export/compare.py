@@ -14,7 +14,7 @@ from typing import Any
 from model.data import read_pairs
 from model.evaluate import decode_tokens, scores
 from service.runtime.bundle import load_bundle
-from service.runtime.runner import Runner
+from service.runtime.runner import DecoderRole, open_runner
 
 
 def compare(before: Path, after: Path, corpus: Path, variants: list[str], limit: int | None) -> dict[str, Any]:
@@ -24,7 +24,8 @@ def compare(before: Path, after: Path, corpus: Path, variants: list[str], limit:
     bundles = [load_bundle(before), load_bundle(after)]
     report: dict[str, Any] = {"texts": len(sources)}
     for variant in variants:
-        runners = [Runner(b, "cpu", threads=0, fast=variant == "float32", variant=variant) for b in bundles]
+        role: DecoderRole = "fast_decoder" if variant == "float32" else "decoder"
+        runners = [open_runner(b, "cpu", 0, variant, role) for b in bundles]
         for name, beam in (("greedy", 1), ("beam 4", 4)):
             ids = [decode_tokens(r, sources, beam) for r in runners]
             texts = [[b.tokenizer.decode(t) for t in side] for b, side in zip(bundles, ids, strict=True)]

@@ -4,8 +4,6 @@ graphs."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from service.runtime.bundle import GraphForm
 
 EXACT_ENCODER = GraphForm("encoder", attentions=True)  # EncoderGraph: encoder.onnx and its float16 variant
@@ -18,9 +16,3 @@ DEVICE_DECODER = GraphForm("decoder", attentions=False, cache="gathered", candid
 def fast_decoder_form(*, greedy: bool) -> GraphForm:
     """FastDecoderGraph's form: decoder.fast.onnx (``greedy``) and what decoder.int8.onnx is quantized from."""
     return GraphForm("decoder", attentions=False, cache="in_place", grouped_cross=True, greedy_tokens=greedy)
-
-
-def with_graph_forms(manifest: dict[str, Any], forms: dict[str, GraphForm]) -> dict[str, Any]:
-    """``manifest`` with ``forms`` (graph file name -> form) added to its ``graph_forms``."""
-    entries = {name: form.to_manifest() for name, form in forms.items()}
-    return {**manifest, "graph_forms": {**manifest.get("graph_forms", {}), **entries}}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import warnings
 from pathlib import Path
@@ -10,18 +9,14 @@ from pathlib import Path
 import onnx
 
 from model.export.build import export_device_decoder, export_fast_encoder
-from model.export.builder.write import DEVICE_FLOAT16, write_manifest
+from model.export.builder.write import DEVICE_FLOAT16
 from model.export.check import FLOAT16_TOLERANCE, check_graphs
-from model.export.forms import (
-    DEVICE_DECODER,
-    EXACT_DECODER,
-    EXACT_ENCODER,
-    with_graph_forms,
-)
+from model.export.forms import DEVICE_DECODER, EXACT_DECODER, EXACT_ENCODER
 from model.export.store import add_weights, store_weights_once, stored_float16
 from model.export.weights import load_model
 from service.runtime.derive import FUSED_ENCODER
 from service.runtime.derive import add_int8 as derive_int8
+from service.runtime.manifest import Manifest
 
 log = logging.getLogger(__name__)
 
@@ -38,12 +33,11 @@ def add_int8(bundle_dir: Path) -> None:
     and they carry the weights for ``export-marian``. The source is stored as the bundle's other weights are
     (float16 behind casts in a float16-stored bundle, which the derivation folds).
     """
-    manifest = json.loads((bundle_dir / "manifest.json").read_text())
+    manifest = Manifest.read(bundle_dir)
     model = load_model(bundle_dir)
     log.info("fast encoder matches PyTorch within %.2g", export_fast_encoder(model, bundle_dir / FUSED_ENCODER))
-    graphs = [name for name in manifest["graphs"].values() if isinstance(name, str)]
-    float16 = stored_float16(bundle_dir / manifest["graphs"]["encoder"])
-    store_weights_once(bundle_dir, [*graphs, FUSED_ENCODER], float16=float16)
+    float16 = stored_float16(bundle_dir / manifest.graphs["encoder"])
+    store_weights_once(bundle_dir, [*manifest.graph_files, FUSED_ENCODER], float16=float16)
     derive_int8(bundle_dir)
 
 
@@ -61,24 +55,25 @@ def add_float16(bundle_dir: Path) -> None:
     """
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
-    manifest = json.loads((bundle_dir / "manifest.json").read_text())
+    manifest = Manifest.read(bundle_dir)
     model = load_model(bundle_dir)
     variant = {role: f"{role}.float16.onnx" for role in ("encoder", "decoder")}
     for role, name in variant.items():
-        graph = onnx.load(str(bundle_dir / manifest["graphs"][role]))
+        graph = onnx.load(str(bundle_dir / manifest.graphs[role]))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "values out of float16 range were clamped": the masks' -1e9 and such
             onnx.save(convert_float_to_float16(graph, keep_io_types=True), str(bundle_dir / name))
     worst = check_graphs(model, bundle_dir, FLOAT16_TOLERANCE, (variant["encoder"], variant["decoder"]))
     forms = {variant["encoder"]: EXACT_ENCODER, variant["decoder"]: EXACT_DECODER}
-    if isinstance(manifest["graphs"].get("device_decoder"), str):
+    if isinstance(manifest.graphs.get("device_decoder"), str):
         variant["device_decoder"] = DEVICE_FLOAT16
         worst = max(worst, export_device_decoder(model, bundle_dir / DEVICE_FLOAT16, float16=True))
         forms[DEVICE_FLOAT16] = DEVICE_DECODER
     log.info("float16 graphs match PyTorch within %.2g", worst)
     add_weights(bundle_dir, list(variant.values()))
-    manifest["graphs"]["float16"] = variant
-    write_manifest(bundle_dir, with_graph_forms(manifest, forms))
+    manifest.graphs["float16"] = variant
+    manifest.add_graph_forms({name: form.to_manifest() for name, form in forms.items()})
+    manifest.write_with_checksums(bundle_dir)
 
 
 ADD_VARIANT = {"int8": add_int8, "float16": add_float16}  # variant name -> what adds it to a bundle

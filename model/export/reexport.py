@@ -15,11 +15,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from model.export.builder.write import write_manifest
 from model.export.bundle import export_bundle, round_to_float16
 from model.export.quantize import ADD_VARIANT
 from model.export.store import stored_float16
 from model.export.weights import load_model
+from service.runtime.manifest import Manifest
 
 # the manifest fields that export_bundle and the variants write; every other one is kept as it is
 WRITTEN = {"format", "model", "graphs", "graph_forms", "weights", "sha256", "derived"}
@@ -27,23 +27,23 @@ LANGUAGES = ("model_languages", "targets")
 TOKENIZER_FILES = ("kind", "source", "target", "vocab")
 
 
-def _export_arguments(source: Path, manifest: dict[str, Any], float16: bool) -> dict[str, Any]:
+def _export_arguments(source: Path, manifest: Manifest, float16: bool) -> dict[str, Any]:
     """export_bundle's keyword arguments, but the model and the directory, from a bundle's manifest."""
-    tok = manifest["tokenizer"]
+    tok = manifest.tokenizer
     stored = "float16" if float16 else "float32"
     return {
-        "name": manifest["name"],
-        "source_lang": manifest["source_lang"],
-        "target_lang": manifest["target_lang"],
+        "name": manifest.name,
+        "source_lang": manifest.source_lang,
+        "target_lang": manifest.target_lang,
         "tokenizer": {role: source / tok[role] for role in ("source", "target")},
         "vocab": json.loads((source / tok["vocab"]).read_text()) if tok.get("vocab") else None,
         "tokenizer_fields": {k: v for k, v in tok.items() if k not in TOKENIZER_FILES},
-        "scores": manifest.get("scores"),
+        "scores": manifest.scores,
         "provenance": {
-            **manifest.get("provenance", {}),
+            **manifest.provenance,
             "re_exported": {"date": _dt.date.today().isoformat(), "store": stored},
         },
-        "languages": {k: manifest[k] for k in LANGUAGES if k in manifest},
+        "languages": {k: manifest.data[k] for k in LANGUAGES if k in manifest.data},
         "float16": float16,
     }
 
@@ -70,19 +70,19 @@ def export_from_bundle(source: Path, out_dir: Path, *, float16: bool | None = No
     """
     if out_dir.exists() and any(out_dir.iterdir()) and not force:
         raise FileExistsError(f"{out_dir} exists; pass --force to replace it")
-    manifest = json.loads((source / "manifest.json").read_text())
+    manifest = Manifest.read(source)
     if float16 is None:
-        float16 = stored_float16(source / manifest["graphs"]["encoder"])
+        float16 = stored_float16(source / manifest.graphs["encoder"])
     model = load_model(source).eval()
     if float16:
         round_to_float16(model)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out_dir.parent, prefix=f".{out_dir.name}.") as tmp:
         staged = export_bundle(model, Path(tmp) / out_dir.name, **_export_arguments(source, manifest, float16))
-        written = json.loads((staged / "manifest.json").read_text())
-        kept = {k: v for k, v in manifest.items() if k not in WRITTEN and k not in written}
-        write_manifest(staged, {**written, **kept})
-        for variant in (k for k, v in manifest["graphs"].items() if isinstance(v, dict)):
+        written = Manifest.read(staged)
+        written.data |= {k: v for k, v in manifest.data.items() if k not in WRITTEN and k not in written.data}
+        written.write(staged)
+        for variant in (v for v in manifest.variants if v != "float32"):
             if variant not in ADD_VARIANT:
                 raise ValueError(f"{source}: variant {variant!r} cannot be exported again")
             ADD_VARIANT[variant](staged)

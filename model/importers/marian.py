@@ -23,6 +23,7 @@ from model.config import TransformerConfig
 from model.export.builder.write import write_bundle
 from model.importers.layout import Specials, languages, special_ids, stored_dtype
 from model.importers.marian_weights import check_tied, read_hf_weights
+from service.runtime.manifest import Manifest
 
 log = logging.getLogger(__name__)
 
@@ -254,7 +255,7 @@ def export_marian(bundle_dir: Path, out_dir: Path, *, force: bool = False) -> Pa
         raise FileExistsError(f"{out_dir} exists; pass --force to replace it")
     from model.export.weights import load_state_dict
 
-    manifest = json.loads((bundle_dir / "manifest.json").read_text())
+    manifest = Manifest.read(bundle_dir)
     config, state = load_state_dict(bundle_dir)
     hf_model = MarianMTModel(MarianConfig(**config_to_hf(config)))
     hf_state = hf_model.state_dict()
@@ -264,7 +265,7 @@ def export_marian(bundle_dir: Path, out_dir: Path, *, force: bool = False) -> Pa
     hf_model.load_state_dict(hf_state)
     out_dir.mkdir(parents=True, exist_ok=True)
     hf_model.save_pretrained(out_dir)
-    tok = manifest["tokenizer"]
+    tok = manifest.tokenizer
     shutil.copyfile(bundle_dir / tok["source"], out_dir / "source.spm")
     shutil.copyfile(bundle_dir / tok["target"], out_dir / "target.spm")
     if tok.get("vocab"):
@@ -274,8 +275,8 @@ def export_marian(bundle_dir: Path, out_dir: Path, *, force: bool = False) -> Pa
         vocab = {sp.id_to_piece(i): i for i in range(sp.get_piece_size())}
         (out_dir / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False) + "\n")
     tok_config = {
-        "source_lang": manifest["source_lang"],
-        "target_lang": manifest["target_lang"],
+        "source_lang": manifest.source_lang,
+        "target_lang": manifest.target_lang,
         "tokenizer_class": "MarianTokenizer",
         "eos_token": "</s>",
         "unk_token": "<unk>",

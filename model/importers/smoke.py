@@ -45,13 +45,13 @@ def check_bundle(bundle_dir: Path, hf_model: Any, hf_dir: Path, sentences: list[
     """
     from service.decoding import DecodeRequest, decode
     from service.runtime.bundle import load_bundle
-    from service.runtime.runner import Runner
+    from service.runtime.runner import open_runner
 
     bundle = load_bundle(bundle_dir)
     targets = bundle.targets
     codes = list(targets)
-    exact = Runner(bundle, "cpu")
-    fast = Runner(bundle, "cpu", fast=True, encoder=exact.encoder)
+    exact = open_runner(bundle, "cpu")
+    fast = open_runner(bundle, "cpu", role="fast_decoder", encoder=exact.encoder)
     asked, requests = [], []
     for i, sentence in enumerate(sentences):
         code = codes[i % len(codes)]

@@ -1,8 +1,8 @@
 """``attnserve models``: what a server with the current settings would serve: each bundle with its pairs, where it
-came from, its parameters, size on disk, stored precision, graph variants and the one it serves, the Argos packages
-with their pairs and import state, and the pairs served through the pivot language. It reads manifests, ONNX
-graphs' initializer headers and the packages' files (their content keys) only: no session, no weights, no torch, no
-import."""
+came from, its parameters, size on disk and loaded (the weights its sessions hold), stored precision, graph variants
+and the one it serves, the Argos packages with their pairs and import state, and the pairs served through the pivot
+language. It reads manifests, ONNX graphs' initializer headers and the packages' files (their content keys) only: no
+session, no weights, no torch, no import."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 
 from service.runtime.manifest import Manifest
 from service.serving import packages
-from service.serving.catalog import Pair, disk_bytes, pairs_of, pivots, readable_pairs
+from service.serving.catalog import Pair, disk_bytes, loaded_bytes, pairs_of, pivots, readable_pairs, served_graphs
 from service.settings import Settings
 
 ONNX_FLOATS = {1: "float32", 10: "float16", 11: "float64", 16: "bfloat16"}  # TensorProto.DataType
@@ -31,6 +31,9 @@ class Model:
     provenance: dict[str, Any]
     parameters: int
     disk_bytes: int
+    # What models_memory_mb counts: the weights of the graphs it serves and of its exact ones, as loaded; None while
+    # a graph of the variant it serves is not derived yet.
+    loaded_bytes: int | None
     precision: list[str]  # the floating-point types of the float32 graphs' stored weights
     variants: dict[str, str]  # variant -> "shipped", "derived" or "not derived yet"
     serves: str  # the variant /translate serves: ATTNSERVE_GRAPH_VARIANT, else the bundle's default_variant
@@ -130,6 +133,8 @@ def describe(path: Path, override: str | None = None) -> Model:
         if isinstance(files, dict):
             variants[name] = variant_state(path, list(files.values()), derived)
     provenance = manifest.provenance
+    serves = override or manifest.default_variant
+    derived_yet = all((path / f).is_file() for f in served_graphs(manifest, serves))
     return Model(
         path=str(path),
         name=manifest.name,
@@ -138,9 +143,10 @@ def describe(path: Path, override: str | None = None) -> Model:
         provenance=provenance,
         parameters=parameters(manifest.model),
         disk_bytes=disk_bytes(path, manifest),
+        loaded_bytes=loaded_bytes(path, manifest, serves) if derived_yet else None,
         precision=precision([path / graphs["encoder"], path / graphs["decoder"]]),
         variants=variants,
-        serves=override or manifest.default_variant,
+        serves=serves,
     )
 
 
@@ -190,12 +196,14 @@ def precision(graphs: list[Path]) -> list[str]:
 
 def table(models: list[Model], pivoted: list[tuple[str, str, str]], found: list[PackageRow]) -> str:
     """The plain table: one line a bundle, then the Argos packages, then the pivot pairs."""
-    rows = [("bundle", "pairs", "parameters", "disk", "precision", "variants", "serves", "origin")]
+    rows = [("bundle", "pairs", "parameters", "disk", "loaded", "precision", "variants", "serves", "origin")]
     for m in [m for m in models if m.shadowed_by is None]:
         variants = ", ".join(v if s == "shipped" else f"{v} ({s})" for v, s in m.variants.items())
         pairs = " ".join(f"{s}→{t}" for s, t in m.pairs)
-        size = f"{m.disk_bytes / (1 << 20):.1f} MiB"
-        rows.append((m.name, pairs, f"{m.parameters:,}", size, "/".join(m.precision), variants, m.serves, m.origin))
+        size, loaded = (f"{n / (1 << 20):.1f} MiB" if n is not None else "?" for n in (m.disk_bytes, m.loaded_bytes))
+        rows.append(
+            (m.name, pairs, f"{m.parameters:,}", size, loaded, "/".join(m.precision), variants, m.serves, m.origin)
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     lines = ["  ".join([*(c.ljust(w) for c, w in zip(r, widths, strict=False)), r[-1]]).rstrip() for r in rows]
     shadowed = [m for m in models if m.shadowed_by is not None]

@@ -9,7 +9,7 @@ import numpy as np
 from service.decoding.caches import Caches
 from service.decoding.rows import Rows
 from service.decoding.step_runner import StepRunner
-from service.runtime.runner import StepOutput
+from service.runtime.runner import StepInput, StepOutput
 from service.runtime.tensors import Cache
 
 
@@ -32,15 +32,15 @@ class AppendedCaches(Caches):
         ids, positions, self_mask = rows.last[:, None], rows.length[:, None], self._step_mask
         if self.self_mask.shape[1] or rows.alive.all():
             caches = (self.cross_keys, self.cross_values, self.past_keys, self.past_values)
-            return runner.step(ids, positions, self.encoder_mask, self_mask, *caches)
+            return runner.step(StepInput(ids, positions, self.encoder_mask, *caches, self_attention_mask=self_mask))
         run, tensors = np.flatnonzero(rows.alive), self.tensors
         cross_keys, cross_values, past_keys, past_values = (
             [tensors.take(c, run) for c in caches]
             for caches in (self.cross_keys, self.cross_values, self.past_keys, self.past_values)
         )
         out = runner.step(
-            ids[run], positions[run], self.encoder_mask[run], self_mask[run], cross_keys, cross_values, past_keys,
-            past_values,
+            StepInput(ids[run], positions[run], self.encoder_mask[run], cross_keys, cross_values, past_keys,
+                      past_values, self_attention_mask=self_mask[run])
         )  # fmt: skip
         self_attention, cross_attention = (None if a is None else self._spread(a, run, len(rows), 1) for a in
                                            (out.self_attentions, out.cross_attentions))  # fmt: skip

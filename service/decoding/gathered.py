@@ -24,7 +24,7 @@ from service.decoding.caches import CacheLayout
 from service.decoding.encoding import Encoded
 from service.decoding.rows import Rows
 from service.decoding.step_runner import StepRunner
-from service.runtime.runner import StepOutput
+from service.runtime.runner import StepInput, StepOutput
 
 
 class GatheredCaches(AppendedCaches):
@@ -41,10 +41,12 @@ class GatheredCaches(AppendedCaches):
         widest beam is k (k = 2k exact: search.CandidateScores), one when every row is greedy."""
         widest = int(rows.width[rows.job >= 0].max())
         candidates = min(2 * widest if widest >= 2 else 1, self.spec.vocab_size)
-        return runner.step_candidates(
-            rows.last[:, None], rows.length[:, None], self.parent, np.maximum(self.source, 0), self.encoder_mask,
-            self.cross_keys, self.cross_values, self.past_keys, self.past_values, candidates,
+        step = StepInput(
+            rows.last[:, None], rows.length[:, None], self.encoder_mask, self.cross_keys, self.cross_values,
+            self.past_keys, self.past_values, parent_rows=self.parent, source_rows=np.maximum(self.source, 0),
+            candidates=candidates,
         )  # fmt: skip
+        return runner.step(step)
 
     def store(self, out: StepOutput) -> None:
         """A step's presents become the caches, one slot longer, row by row."""

@@ -15,7 +15,7 @@ from service.decoding.rows import Rows
 from service.decoding.step_runner import StepRunner
 from service.runtime import _beam
 from service.runtime.bundle import ModelSpec
-from service.runtime.runner import StepOutput
+from service.runtime.runner import StepInput, StepOutput
 from service.runtime.tensors import Cache, Tensors
 
 
@@ -44,10 +44,10 @@ class DeviceInPlaceCaches(Caches):
     def run(self, runner: StepRunner, rows: Rows, greedy: bool) -> StepOutput:
         """The decoder on every row (``greedy``: every row greedy and unscored, so greedy tokens serve)."""
         caches = (self.cross_keys, self.cross_values, self.past_keys, self.past_values)
+        tokens = greedy and self.greedy_tokens
         return runner.step(
-            rows.last[:, None], rows.length[:, None], self.encoder_mask, None, *caches,
-            tokens=greedy and self.greedy_tokens,
-        )  # fmt: skip
+            StepInput(rows.last[:, None], rows.length[:, None], self.encoder_mask, *caches, tokens=tokens)
+        )
 
     def trim(self, rows: Rows, live: np.ndarray) -> None:
         """Buffers 4 times what the longest row needs (and 64 slots or more) are cut to twice that; then source
@@ -140,7 +140,7 @@ class HostInPlaceCaches(DeviceInPlaceCaches):
         past_keys, past_values = ([np.empty((len(run), *c.shape[1:]), c.dtype) for c in caches]
                                   for caches in (self.past_keys, self.past_values))  # fmt: skip
         ids, positions = rows.last[run, None], rows.length[run, None]
-        out = runner.step(ids, positions, encoder_mask, None, cross_keys, cross_values, past_keys, past_values)
+        out = runner.step(StepInput(ids, positions, encoder_mask, cross_keys, cross_values, past_keys, past_values))
         for full, mine in zip((*self.past_keys, *self.past_values), (*past_keys, *past_values), strict=True):
             full[run, :, :1] = mine[:, :, :1]
         logits = np.zeros((len(rows), out.logits.shape[1]), out.logits.dtype)

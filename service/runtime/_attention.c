@@ -210,12 +210,13 @@ static void segment_row(void *arg, size_t row) {
    which saturate past 32,767 (255 * 127 * 2 does; 255 * 63 * 2 does not), and a saturated product would break the
    bound.
 
-   On flat logits (a model unsure of the next token) most tokens reach the bar, and rescoring them one row of W at a
-   time would read W once a row. A row whose survivors pass SCREENED (half the vocabulary: about as many dot products
-   either way) rescores nothing in the screen: such rows get their float32 logits for every token afterwards, all of
-   them together a block of W at a time, so W is read once a step (greedy_full). Their argmax is the same: the same
-   dot products, the first of equal logits. */
-#define SCREENED(V) ((V) / 2)
+   On flat logits (a model unsure of the next token) many tokens reach the bar, and rescoring them one row of W at a
+   time, each read from memory alone, costs more than the whole product. So each step first counts every row's
+   survivors, then decides: the rows whose survivors cost more to rescore than a row of the whole product does get
+   every token's float32 logit instead, all of them together, W read once a step (greedy_full), when what they save
+   pays for that read. Their argmax is the same: the float32 logits, the first of equal ones. */
+#define RESCORE 60 /* a survivor's logit, its row of W read alone, in units of one token of a row in greedy_full */
+#define W_READ 10  /* reading W once for greedy_full, in the same unit per token */
 #define SLACK 1.001
 #define ROUNDING 1e-3 /* added to the bound: far more than float32 rounding moves a logit of tens */
 
@@ -224,8 +225,11 @@ typedef struct {
     const float *h, *W, *bias;
     double c, spread, e_scale, e_l1; /* c, max(bias) - min(bias), e = e_scale + e_l1 |h'|_1 */
     int64_t V, d, pad;
-    int64_t *tokens; /* -1: the row's survivors passed SCREENED (greedy_full's) */
-    int64_t n_full, *full; /* those rows */
+    int64_t *tokens;       /* -1: the row's logits come from greedy_full */
+    int32_t *bars;         /* each row's bar */
+    vi *tops;              /* (T, blocks): each row's block maxima (row_top's) */
+    int64_t *reached;      /* and how many of its tokens reach it */
+    int64_t n_full, *full; /* the rows with tokens -1 */
     float *full_best;      /* (chunks, n_full): each chunk's largest logit of each such row */
     int64_t *full_token;   /* and its token */
 } Greedy;
@@ -252,13 +256,10 @@ INLINE vi viload(const int32_t *p) {
 #define BLOCK (8 * LANES) /* tokens a block: pass 1 keeps each block's lane maxima, pass 2 reads only the blocks
                             that reach the bar */
 
-CLONES static void greedy_row(void *arg, size_t row) {
-    const Greedy *g = arg;
-    const int64_t V = g->V, d = g->d, pad = g->pad, blocks = V / BLOCK;
-    const int32_t *acc = g->acc + (int64_t)row * V;
-    const float *h = g->h + (int64_t)row * d;
-    /* m, */
-    vi tops[blocks > 0 ? blocks : 1], top = (vi){0} + INT32_MIN;
+/* Row t's largest product m without padding's, and its block maxima (tops: BLOCK tokens each). */
+INLINE int32_t row_top(const int32_t *acc, int64_t V, int64_t pad, vi *tops) {
+    const int64_t blocks = V / BLOCK;
+    vi top = (vi){0} + INT32_MIN;
     for (int64_t b = 0; b < blocks; b++) {
         const int32_t *a = acc + b * BLOCK;
         vi x = vimax(vimax(vimax(viload(a), viload(a + LANES)), vimax(viload(a + 2 * LANES), viload(a + 3 * LANES))),
@@ -275,7 +276,17 @@ CLONES static void greedy_row(void *arg, size_t row) {
         for (int64_t v = 0; v < V; v++)
             if (v != pad && acc[v] > m) m = acc[v];
     }
-    /* the bar, */
+    return m;
+}
+
+/* A row's bar (the product a token's must reach to be the largest logit) and how many tokens reach it. */
+CLONES static void greedy_bar(void *arg, size_t row) {
+    const Greedy *g = arg;
+    const int64_t V = g->V, d = g->d, blocks = V / BLOCK;
+    const int32_t *acc = g->acc + (int64_t)row * V;
+    const float *h = g->h + (int64_t)row * d;
+    vi *tops = g->tops + (int64_t)row * blocks;
+    int32_t m = row_top(acc, V, g->pad, tops);
     vf sums = {0};
     int64_t i = 0;
     for (; i + LANES <= d; i += LANES) sums += (vf)((vi)vload(h + i) & INT32_MAX); /* |h| */
@@ -283,17 +294,24 @@ CLONES static void greedy_row(void *arg, size_t row) {
     for (; i < d; i++) l1 += fabsf(h[i]);
     double e = (g->e_scale + g->e_l1 * l1) * SLACK + ROUNDING, reach = (2 * e + g->spread) / g->c;
     int32_t bar = g->c > 0 && reach < (double)m - INT32_MIN ? (int32_t)((double)m - floor(reach)) : INT32_MIN;
-    /* then, unless too many reach it, the float32 logits of the tokens that do. */
     const vi bars = (vi){0} + bar;
-    int64_t reached = 0, limit = SCREENED(V);
-    for (int64_t b = 0; b <= blocks && reached <= limit; b++) {
+    int64_t reached = 0;
+    for (int64_t b = 0; b <= blocks; b++) {
         if (b < blocks && !any(tops[b] >= bars)) continue;
         for (int64_t v = b * BLOCK, end = b < blocks ? v + BLOCK : V; v < end; v++) reached += acc[v] >= bar;
     }
-    if (reached > limit) {
-        g->tokens[row] = -1;
-        return;
-    }
+    g->bars[row] = bar;
+    g->reached[row] = reached;
+}
+
+/* A row that greedy_full does not take: the float32 logits of the tokens that reach its bar, the largest wins. */
+CLONES static void greedy_row(void *arg, size_t row) {
+    const Greedy *g = arg;
+    if (g->tokens[row] < 0) return;
+    const int64_t V = g->V, d = g->d, pad = g->pad, blocks = V / BLOCK;
+    const int32_t *acc = g->acc + (int64_t)row * V, bar = g->bars[row];
+    const float *h = g->h + (int64_t)row * d;
+    const vi bars = (vi){0} + bar, *tops = g->tops + (int64_t)row * blocks;
     int64_t token = -1;
     float best = -INFINITY;
     for (int64_t b = 0; b <= blocks; b++) {
@@ -307,11 +325,62 @@ CLONES static void greedy_row(void *arg, size_t row) {
     g->tokens[row] = token < 0 ? 0 : token;
 }
 
-#define CHUNK 1024 /* tokens a task of greedy_full */
-#define TILE 8     /* rows of W read together: they stay in the L1 cache while every row's h meets them */
+/* Which rows greedy_full takes (tokens -1): those each of which costs more rescored than in the whole product,
+   if together they save more than reading W once costs; the others 0 (greedy_row's). */
+static void choose_full(Greedy *g, int64_t T) {
+    int64_t saved = 0;
+    for (int64_t t = 0; t < T; t++)
+        if (RESCORE * g->reached[t] > g->V) saved += RESCORE * g->reached[t] - g->V;
+    for (int64_t t = 0; t < T; t++)
+        g->tokens[t] = saved > W_READ * g->V && RESCORE * g->reached[t] > g->V ? -1 : 0;
+}
 
-/* The rows that the screen gave up on: their float32 logits over one chunk of the vocabulary, W's rows a tile at a
-   time, each row's largest (the first of equal ones) kept for the chunk. */
+#define CHUNK 1024 /* tokens a task of greedy_full */
+#define RB 4         /* rows of h and of W a tile: RB * RB independent sums keep both FMA units busy */
+
+/* Sixteen floats: a tile's sums are this wide (one AVX-512 register; two AVX2 ones). */
+typedef float vw __attribute__((vector_size(16 * sizeof(float))));
+#define WIDE 16
+#define AHEAD 8 /* W's rows a tile's prefetches run ahead by */
+
+INLINE vw wload(const float *p) {
+    vw v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* The logits of rows h[rows[0..n)] for W's tokens v0.. v0 + m (n, m <= RB) into z (RB x RB, row-major by h's row):
+   each summed WIDE lanes at a time over d, the lanes then in pairs, then the tail; rows and tokens past n and m
+   repeat the first ones (computed, never read). */
+INLINE void tile(const float *h, const int64_t *rows, int64_t n, const float *W, int64_t v0, int64_t m, int64_t d,
+                 float z[RB][RB]) {
+    const float *hr[RB], *wr[RB];
+    for (int64_t r = 0; r < RB; r++) hr[r] = h + rows[r < n ? r : 0] * d;
+    for (int64_t v = 0; v < RB; v++) wr[v] = W + (v0 + (v < m ? v : 0)) * d;
+    vw acc[RB][RB];
+    for (int64_t r = 0; r < RB; r++)
+        for (int64_t v = 0; v < RB; v++) acc[r][v] = (vw){0};
+    int64_t i = 0;
+    for (; i + WIDE <= d; i += WIDE) {
+        vw x[RB], w[RB];
+        for (int64_t r = 0; r < RB; r++) x[r] = wload(hr[r] + i), w[r] = wload(wr[r] + i);
+        for (int64_t v = 0; v < RB; v++) __builtin_prefetch(wr[v] + AHEAD * d + i); /* W streams: ask early */
+        for (int64_t r = 0; r < RB; r++)
+            for (int64_t v = 0; v < RB; v++) acc[r][v] += x[r] * w[v];
+    }
+    for (int64_t r = 0; r < RB; r++)
+        for (int64_t v = 0; v < RB; v++) {
+            vw a = acc[r][v];
+            vf half = (vf){a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]} +
+                      (vf){a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15]};
+            float s = vsum(half);
+            for (int64_t j = i; j < d; j++) s += hr[r][j] * wr[v][j];
+            z[r][v] = s;
+        }
+}
+
+/* The rows that the screen gave up on: their float32 logits over one chunk of the vocabulary, RB rows of h against
+   RB rows of W at a time, each row's largest (the first of equal ones) kept for the chunk. */
 CLONES static void greedy_full(void *arg, size_t chunk) {
     const Greedy *g = arg;
     const int64_t V = g->V, d = g->d, n = g->n_full, first = (int64_t)chunk * CHUNK;
@@ -319,15 +388,18 @@ CLONES static void greedy_full(void *arg, size_t chunk) {
     float *best = g->full_best + (int64_t)chunk * n;
     int64_t *token = g->full_token + (int64_t)chunk * n;
     for (int64_t r = 0; r < n; r++) best[r] = -INFINITY, token[r] = -1;
-    for (int64_t v0 = first; v0 < last; v0 += TILE) {
-        int64_t v1 = v0 + TILE < last ? v0 + TILE : last;
-        for (int64_t r = 0; r < n; r++) {
-            const float *h = g->h + g->full[r] * d;
-            for (int64_t v = v0; v < v1; v++) {
-                if (v == g->pad) continue;
-                float z = dot(h, g->W + v * d, d) + (g->bias ? g->bias[v] : 0);
-                if (token[r] < 0 || z > best[r]) token[r] = v, best[r] = z;
-            }
+    float z[RB][RB];
+    for (int64_t v0 = first; v0 < last; v0 += RB) { /* W's rows read once, every row of h meeting them */
+        const int64_t vn = last - v0 < RB ? last - v0 : RB;
+        for (int64_t r0 = 0; r0 < n; r0 += RB) {
+            const int64_t rn = n - r0 < RB ? n - r0 : RB;
+            tile(g->h, g->full + r0, rn, g->W, v0, vn, d, z);
+            for (int64_t r = 0; r < rn; r++)
+                for (int64_t v = 0; v < vn; v++) {
+                    if (v0 + v == g->pad) continue;
+                    float x = z[r][v] + (g->bias ? g->bias[v0 + v] : 0);
+                    if (token[r0 + r] < 0 || x > best[r0 + r]) token[r0 + r] = v0 + v, best[r0 + r] = x;
+                }
         }
     }
 }
@@ -457,21 +529,24 @@ static OrtStatusPtr greedy_compute(void *kernel, OrtKernelContext *ctx) {
     }
     TRY(output(ctx, 0, acc, 1, &g.tokens));
     if (!acc[0]) return NULL;
-    TRY(ort->KernelContext_ParallelFor(ctx, greedy_row, (size_t)acc[0], 0, &g));
-    for (int64_t t = 0; t < acc[0]; t++) g.n_full += g.tokens[t] < 0;
-    if (!g.n_full) return NULL;
-    int64_t chunks = (g.V + CHUNK - 1) / CHUNK;
-    g.full = malloc((size_t)g.n_full * sizeof *g.full);
-    g.full_best = malloc((size_t)(chunks * g.n_full) * sizeof *g.full_best);
-    g.full_token = malloc((size_t)(chunks * g.n_full) * sizeof *g.full_token);
+    const int64_t T = acc[0], chunks = (g.V + CHUNK - 1) / CHUNK;
+    g.bars = malloc((size_t)T * sizeof *g.bars);
+    g.tops = aligned_alloc(sizeof *g.tops, (size_t)(T * (g.V / BLOCK) + 1) * sizeof *g.tops); /* vector stores */
+    g.reached = malloc((size_t)T * sizeof *g.reached);
+    g.full = malloc((size_t)T * sizeof *g.full);
+    g.full_best = malloc((size_t)(chunks * T) * sizeof *g.full_best);
+    g.full_token = malloc((size_t)(chunks * T) * sizeof *g.full_token);
     OrtStatusPtr status = NULL;
-    if (!g.full || !g.full_best || !g.full_token)
+    if (!g.bars || !g.tops || !g.reached || !g.full || !g.full_best || !g.full_token)
         status = ort->CreateStatus(ORT_FAIL, "attnserve.GreedyTokens: out of memory");
-    else {
-        for (int64_t t = 0, r = 0; t < acc[0]; t++)
-            if (g.tokens[t] < 0) g.full[r++] = t;
-        status = ort->KernelContext_ParallelFor(ctx, greedy_full, (size_t)chunks, 0, &g);
+    if (!status) status = ort->KernelContext_ParallelFor(ctx, greedy_bar, (size_t)T, 0, &g);
+    if (!status) {
+        choose_full(&g, T);
+        status = ort->KernelContext_ParallelFor(ctx, greedy_row, (size_t)T, 0, &g);
     }
+    for (int64_t t = 0; !status && t < T; t++)
+        if (g.tokens[t] < 0) g.full[g.n_full++] = t;
+    if (!status && g.n_full) status = ort->KernelContext_ParallelFor(ctx, greedy_full, (size_t)chunks, 0, &g);
     for (int64_t r = 0; !status && r < g.n_full; r++) { /* the chunks in order: the first of equal logits wins */
         int64_t token = -1;
         float best = -INFINITY;
@@ -482,7 +557,7 @@ static OrtStatusPtr greedy_compute(void *kernel, OrtKernelContext *ctx) {
         }
         g.tokens[g.full[r]] = token < 0 ? 0 : token;
     }
-    free(g.full), free(g.full_best), free(g.full_token);
+    free(g.bars), free(g.tops), free(g.reached), free(g.full), free(g.full_best), free(g.full_token);
     return status;
 }
 

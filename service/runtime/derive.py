@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from service.runtime.kernels import attention_kernels, kernel_session
-from service.runtime.manifest import Manifest
+from service.runtime.manifest import MANIFEST, Manifest
 
 log = logging.getLogger(__name__)
 
@@ -176,8 +176,8 @@ def add_int8(bundle_dir: Path) -> list[Path]:
         raise DeriveError(f"{bundle_dir}: read-only — add the int8 graphs where it is writable")
     variant, derived, forms = int8_variant(bundle_dir, manifest)
     manifest.graphs["int8"] = variant
-    manifest.data["derived"] = {**manifest.derived, **derived}
-    manifest.data["graph_forms"] = {**manifest.graph_forms, **forms}
+    manifest.add_derived(derived)
+    manifest.add_graph_forms(forms)
     written = derive_missing(bundle_dir, manifest, force=True)
     manifest.write_with_checksums(bundle_dir)
     return written
@@ -255,7 +255,7 @@ def derive_missing(bundle_dir: Path, manifest: Manifest, force: bool = False) ->
         DeriveError: the directory is not writable, or a source is missing.
     """
     derived = []
-    for name, (source, how) in derived_entries(str(bundle_dir / "manifest.json"), manifest).items():
+    for name, (source, how) in derived_entries(str(bundle_dir / MANIFEST), manifest).items():
         dest = bundle_dir / name
         if dest.is_file() and not force:
             continue

@@ -1,6 +1,6 @@
 """``manifest.json``, a bundle's description of itself (docs/ARCHITECTURE.md, "The bundle"): the one place that reads
-and writes it. :class:`Manifest` holds the parsed object and names the fields the service reads; the checks of what
-they hold are :mod:`service.runtime.bundle`'s."""
+and writes it, for service/, model/ and bench/ alike. :class:`Manifest` holds the parsed object and names the fields
+that code reads and changes; the checks of what they hold are :mod:`service.runtime.bundle`'s."""
 
 from __future__ import annotations
 
@@ -58,7 +58,8 @@ class Manifest:
         return cls(data)
 
     def write(self, bundle_dir: Path) -> None:
-        """Write manifest.json as it is (its sha256 as they are: a change to the manifest alone)."""
+        """Write manifest.json as it is (its sha256 as they are: a change to the manifest alone): every field in the
+        order it holds them, indented by two, non-ASCII characters as they are, a newline at the end."""
         (bundle_dir / MANIFEST).write_text(json.dumps(self.data, indent=2, ensure_ascii=False) + "\n")
 
     def write_with_checksums(self, bundle_dir: Path) -> None:
@@ -78,13 +79,25 @@ class Manifest:
     def name(self) -> str:
         return str(self.data["name"])
 
+    @name.setter
+    def name(self, name: str) -> None:
+        self.data["name"] = name
+
     @property
     def source_lang(self) -> str:
         return str(self.data["source_lang"])
 
+    @source_lang.setter
+    def source_lang(self, code: str) -> None:
+        self.data["source_lang"] = code
+
     @property
     def target_lang(self) -> str:
         return str(self.data["target_lang"])
+
+    @target_lang.setter
+    def target_lang(self, code: str) -> None:
+        self.data["target_lang"] = code
 
     @property
     def targets(self) -> list[dict[str, Any]]:
@@ -97,21 +110,50 @@ class Manifest:
         """``calibration`` (model/calibrate.py), or None; checked by service/serving/confidence.py."""
         return self.data.get("calibration")
 
+    @calibration.setter
+    def calibration(self, calibration: dict[str, Any]) -> None:
+        self.data["calibration"] = calibration
+
+    @property
+    def scores(self) -> list[dict[str, Any]]:
+        """``scores`` (``attnserve evaluate --write``): ``[{"metric", "value", "decoding", "test_set", "command"}]``."""
+        scores: list[dict[str, Any]] = self.data.get("scores") or []
+        return scores
+
+    @scores.setter
+    def scores(self, scores: list[dict[str, Any]]) -> None:
+        self.data["scores"] = scores
+
     @property
     def graphs(self) -> dict[str, Any]:
-        """``graphs``: role -> file for float32, and variant -> {role -> file} for the others."""
+        """``graphs``: role -> file for float32, and variant -> {role -> file} for the others; add a graph or a
+        variant by setting its key."""
         graphs: dict[str, Any] = self.data["graphs"]
         return graphs
 
     @property
+    def graph_files(self) -> list[str]:
+        """The float32 graphs' files, in ``graphs``' order (the variants' left out)."""
+        return [file for file in self.graphs.values() if isinstance(file, str)]
+
+    @property
     def graph_forms(self) -> Any:
         return self.data.get("graph_forms")
+
+    def add_graph_forms(self, entries: dict[str, dict[str, Any]]) -> None:
+        """Add ``entries`` (graph file -> its ``graph_forms`` entry, ``GraphForm.to_manifest()``) to ``graph_forms``,
+        replacing a file's entry that is there."""
+        self.data["graph_forms"] = {**(self.graph_forms or {}), **entries}
 
     @property
     def derived(self) -> dict[str, Any]:
         """``derived``: derived file -> {"from", "by", "onnxruntime"} (service/runtime/derive.py)."""
         derived: dict[str, Any] = self.data.get("derived", {})
         return derived
+
+    def add_derived(self, entries: dict[str, dict[str, Any]]) -> None:
+        """Add ``entries`` (derived file -> ``{"from", "by", "onnxruntime"}``) to ``derived``."""
+        self.data["derived"] = {**self.derived, **entries}
 
     @property
     def sha256(self) -> dict[str, str]:
@@ -142,6 +184,12 @@ class Manifest:
     def tokenizer(self) -> dict[str, Any]:
         tokenizer: dict[str, Any] = self.data["tokenizer"]
         return tokenizer
+
+    @property
+    def weight_aliases(self) -> dict[str, str]:
+        """``weights.aliases``: state-dict key -> the key whose initializer holds the same tensor (tied embeddings)."""
+        aliases: dict[str, str] = self.data["weights"]["aliases"]
+        return aliases
 
     @property
     def provenance(self) -> dict[str, Any]:

@@ -1,11 +1,12 @@
 """ONNX Runtime sessions of one bundle: token ids in, logits, caches and attention weights out. No HTTP here.
 
-The key/value caches are the runner's own kind of array (:data:`~service.runtime.tensors.Cache`): numpy arrays on the
-CPU,
-or, with IOBinding (the default on CUDA), ONNX Runtime values that stay on the device from one decoding step to the
-next (service/runtime/tensors.py). The graphs' forms (caches appended or written in place, attention outputs, greedy
-tokens)
-come from the bundle's manifest.
+One runner class a decoder form, each the :class:`~service.decoding.step_runner.StepRunner` of one cache layout
+(service/decoding/): :class:`AppendedRunner` (the exact graphs, attention outputs and the forced decoder),
+:class:`InPlaceRunner` (the fast and int8 graphs, caches written in place) and :class:`GatheredRunner` (the device
+decoder, candidates instead of logits); :func:`open_runner` picks one from the graph's form in the bundle's manifest.
+A step takes one :class:`StepInput`. The key/value caches are the runner's own kind of array
+(:data:`~service.runtime.tensors.Cache`): numpy arrays on the CPU, or, with IOBinding (the default on CUDA), ONNX
+Runtime values that stay on the device from one decoding step to the next (service/runtime/tensors.py).
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import functools
 import importlib
 import logging
 import threading
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import onnxruntime as ort
@@ -100,6 +102,26 @@ def session_options(threads: int) -> ort.SessionOptions:
     return opts
 
 
+@dataclass(frozen=True, slots=True)
+class StepInput:
+    """One decoder step's inputs for B rows (docs/ARCHITECTURE.md for the shapes): the rows, the sources they read and
+    their caches, then the fields of one decoder form each (:func:`open_runner`). Host caches should be C-contiguous
+    (:class:`HostTensors` keeps them so), or ONNX Runtime copies them."""
+
+    input_ids: np.ndarray  # (B, 1) int64: each row's last token
+    position_ids: np.ndarray  # (B, 1) int64: its position (0 for the start token)
+    encoder_attention_mask: np.ndarray  # (J, S) int64: the cross rows' sources (J = B unless cross rows are shared)
+    cross_keys: list[Cache]  # per decoder layer (J, h, S, d_k)
+    cross_values: list[Cache]
+    past_keys: list[Cache]  # per decoder layer (B, h, T, d_k); gathered: (P, h, T, d_k), read through parent_rows
+    past_values: list[Cache]
+    self_attention_mask: np.ndarray | None = None  # appended caches: (B, T + 1), the slots each row owns
+    tokens: bool = False  # in-place caches, greedy_tokens graphs: each row's greedy token instead of its logits
+    parent_rows: np.ndarray | None = None  # gathered caches: (B,) each row's past row
+    source_rows: np.ndarray | None = None  # gathered caches: (B,) each row's cross row
+    candidates: int = 0  # gathered caches: the best tokens each row gives (K)
+
+
 @dataclass(frozen=True)
 class EncoderOutput:
     attentions: np.ndarray | None  # (L_enc, B, h, S, S); None from a graph without attention outputs
@@ -125,66 +147,62 @@ class StepOutput:
     self_attentions: np.ndarray | None  # (L_dec, B, h, T + 1); None from a graph without attention outputs
     cross_attentions: np.ndarray | None  # (L_dec, B, h, S)
     tokens: np.ndarray | None = None  # (B,) greedy tokens, when asked for instead of logits (or with candidates)
-    candidates: Candidates | None = None  # from a device decoder (Runner.step_candidates)
+    candidates: Candidates | None = None  # from a device decoder (GatheredRunner)
 
 
-class Runner:
-    """The encoder and decoder-step sessions of one bundle.
+DecoderRole = Literal["decoder", "fast_decoder", "device_decoder"]
+
+
+class Runner(ABC):
+    """The encoder and decoder-step sessions of one bundle: what every decoder form shares. Its subclasses are the
+    forms, one each, picked by :func:`open_runner` from the decoder graph's cache layout.
 
     Args:
+        bundle: the bundle.
+        provider: ``auto``, ``cpu`` or ``cuda`` (:func:`choose_provider`).
+        threads: intra-op threads of each session (0: ONNX Runtime's choice).
+        variant: the graph variant (``float32``, ``int8``, ``float16``).
+        role: the decoder graph: ``decoder`` (the variant's own), ``fast_decoder`` (float32's, caches written in
+            place) or ``device_decoder`` (the variant's, caches gathered inside the step).
         io_binding: keep the caches on the device between steps (:class:`DeviceTensors`); default: on CUDA.
             On the CPU it only adds work, but it runs the same code path, which is how the tests check it.
-        fast: float32's fast decoder (caches written in place, no attention outputs) instead of the exact one.
+            A :class:`GatheredRunner`'s caches are always device values.
         encoder: another runner's encoder session of the same graph, to share (float32's exact and fast runners
             encode alike; a second session would hold the weights twice).
         gpu_mem_limit_mb: on CUDA, the bound on each session's device memory arena (0: none).
-        device_decoder: the variant's device decoder (standard operators: caches reordered inside the step, each
-            row's candidates instead of logits, :meth:`step_candidates`) instead of the exact one; its caches are
-            always device values (IOBinding), on the CPU too (how the tests and bench/gpu.py run it there).
     """
 
-    def __init__(  # long: the sessions, the graphs' forms and the fast decoder's binding names, set up in order
+    layout: ClassVar[str]  # the decoder graph's cache layout (GraphForm.cache) that this class runs
+    device_caches: ClassVar[bool] = False  # its caches are device values whatever io_binding says
+
+    def __init__(
         self,
         bundle: Bundle,
         provider: Provider = "auto",
         threads: int = 1,
         variant: str = "float32",
+        role: DecoderRole = "decoder",
         io_binding: bool | None = None,
-        fast: bool = False,
         encoder: ort.InferenceSession | None = None,
         gpu_mem_limit_mb: int = 0,
-        device_decoder: bool = False,
     ) -> None:
         tune_memory()
         self.bundle = bundle
         self.variant = variant
         self.spec = bundle.spec
         self.provider = choose_provider(provider)
-        opts = session_options(threads)
-        cuda = (CUDA, cuda_options(gpu_mem_limit_mb))
-        providers: list[Any] = [CPU] if self.provider == CPU else [cuda, CPU]
-        # On the CPU, LayerNormalization after a plain Add beats the fused SkipLayerNormalization kernel (a decoder
-        # step takes less time, float32 and int8; docs/BENCHMARKS.md).
-        disabled = ["SkipLayerNormFusion"] if self.provider == CPU else None
-
-        def session(role: str) -> ort.InferenceSession:
-            path = str(bundle.graph(role, variant))
-            return ort.InferenceSession(path, opts, providers=providers, disabled_optimizers=disabled)
-
-        self.encoder = encoder or session("encoder")
-        role = "device_decoder" if device_decoder else "fast_decoder" if fast else "decoder"
-        self.decoder = session(role)
-        # The exact runner's forced decoder: cross-attention of finished hypotheses in one call (cross_attention).
-        forced = not fast and variant == "float32" and bundle.has_graph("forced_decoder")
-        self.forced = session("forced_decoder") if forced else None
-        self._forced_inputs = [i.name for i in self.forced.get_inputs()] if self.forced is not None else []
-        self.io_binding = device_decoder or (self.provider == CUDA if io_binding is None else io_binding)
-        self.device = "cuda" if self.provider == CUDA else "cpu"
         self.form: GraphForm = bundle.form(role, variant)
-        # A float16 device decoder's caches are float16 (its cache inputs say so); every other decoder's float32.
-        types = {i.name: i.type for i in self.decoder.get_inputs()}
-        dtype = np.float16 if self.form.candidates and types["cross_keys.0"] == "tensor(float16)" else np.float32
-        self._device_tensors = DeviceTensors(providers, self.device, opts, dtype) if self.io_binding else None
+        assert self.form.cache == self.layout, f"{role} ({variant}) has {self.form.cache} caches, not {self.layout}"
+        self._options = session_options(threads)
+        cuda = (CUDA, cuda_options(gpu_mem_limit_mb))
+        self._providers: list[Any] = [CPU] if self.provider == CPU else [cuda, CPU]
+        self.encoder = encoder or self._session("encoder")
+        self.decoder = self._session(role)
+        self.io_binding = self.device_caches or (self.provider == CUDA if io_binding is None else io_binding)
+        self.device = "cuda" if self.provider == CUDA else "cpu"
+        self._device_tensors = (
+            DeviceTensors(self._providers, self.device, self._options, self._cache_dtype()) if self.io_binding else None
+        )
         self.tensors: Tensors = self._device_tensors or HostTensors()
         L = self.spec.n_decoder_layers
         self.encoder_form = bundle.form("encoder", variant)
@@ -194,34 +212,34 @@ class Runner:
         self.attention = self.encoder_form.attentions and self.form.attentions
         outputs = [o.name for o in self.encoder.get_outputs()]  # encoder_attentions first, where it has them
         self._encoder_outputs = outputs[1:] if self.encoder_form.attentions and not self.attention else outputs
-        self._decoder_outputs = [o.name for o in self.decoder.get_outputs()]
-        # The fast decoder keeps each row's tokens at the start of its cache buffers and writes a step's slots into
-        # them in place (docs/ARCHITECTURE.md, "caches written in place").
-        self.in_place = self.form.cache == "in_place"
-        # Its cross keys and values may serve G consecutive rows each (a beam request's).
-        self.grouped = self.in_place and self.form.grouped_cross
-        # It gives greedy tokens instead of logits where asked (FastDecoderGraph's logit_rows and token_rows).
-        self.greedy_tokens = self.form.greedy_tokens
-        self._bindings = threading.local()
-        # The fast decoder's inputs in the order Runner.step passes them, and its (past, present) cache pairs.
-        cross = [f"{kind}.{l}" for kind in ("cross_keys", "cross_values") for l in range(L)]
-        self._in_place_inputs = ("input_ids", "position_ids", "encoder_attention_mask", *cross)
-        self._in_place_caches = [(f"past_{kind}.{l}", f"present_{kind}.{l}") for kind in ("keys", "values")
-                                 for l in range(L)]  # fmt: skip
         self._caches = {f"{kind}.{l}" for kind in ("cross_keys", "cross_values", "present_keys", "present_values")
                         for l in range(L)}  # fmt: skip
-        # The device decoder's cache inputs in the order step_candidates passes them, and its presents.
-        self._gathered_inputs = [f"{kind}.{l}" for kind in ("cross_keys", "cross_values", "past_keys", "past_values")
-                                 for l in range(L)]  # fmt: skip
-        self._presents = [f"present_{kind}.{l}" for kind in ("keys", "values") for l in range(L)]
+        self._setup()
         log.info(
-            "bundle %s (%s) on %s (%d intra-op threads%s)",
+            "bundle %s (%s, %s) on %s (%d intra-op threads%s)",
             bundle.name,
             variant,
+            role,
             self.provider,
             threads,
             ", IOBinding" if self.io_binding else "",
         )
+
+    def _session(self, role: str) -> ort.InferenceSession:
+        """A session of the variant's graph of ``role`` on this runner's providers."""
+        # On the CPU, LayerNormalization after a plain Add beats the fused SkipLayerNormalization kernel (a decoder
+        # step takes less time, float32 and int8; docs/BENCHMARKS.md).
+        disabled = ["SkipLayerNormFusion"] if self.provider == CPU else None
+        path = str(self.bundle.graph(role, self.variant))
+        return ort.InferenceSession(path, self._options, providers=self._providers, disabled_optimizers=disabled)
+
+    def _cache_dtype(self) -> type[np.floating[Any]]:
+        """The caches' dtype as device values."""
+        return np.float32
+
+    @abstractmethod
+    def _setup(self) -> None:
+        """The form's own set-up, once the sessions and tensors are."""
 
     def _run(self, session: ort.InferenceSession, outputs: list[str], feed: dict[str, Any]) -> list[Any]:
         """Run a session; with IOBinding, cache outputs stay on the device and the rest come back as numpy."""
@@ -252,9 +270,48 @@ class Runner:
         L = self.spec.n_decoder_layers
         return EncoderOutput(attentions, outputs[:L], outputs[L:])
 
+    @abstractmethod
+    def step(self, step: StepInput) -> StepOutput:
+        """One decoding step for B rows, as this form takes them."""
+
+
+class AppendedRunner(Runner):
+    """Caches appended (decoder.onnx: float32's exact graph, with attention outputs; float16's): past caches in,
+    presents one slot longer out, under a self-attention mask. float32's runner also holds the forced decoder, when
+    the bundle has one (:meth:`cross_attention`)."""
+
+    layout = "appended"
+
+    def _setup(self) -> None:
+        L = self.spec.n_decoder_layers
+        self._decoder_outputs = [o.name for o in self.decoder.get_outputs()]
+        # The forced decoder: cross-attention of finished hypotheses in one call (cross_attention).
+        forced = self.variant == "float32" and self.bundle.has_graph("forced_decoder")
+        self.forced = self._session("forced_decoder") if forced else None
+        self._forced_inputs = [i.name for i in self.forced.get_inputs()] if self.forced is not None else []
+        self._cache_inputs = [f"{kind}.{l}" for kind in ("cross_keys", "cross_values", "past_keys", "past_values")
+                              for l in range(L)]  # fmt: skip
+
+    def step(self, step: StepInput) -> StepOutput:
+        """The exact step: row b owns the slots of the past caches that ``self_attention_mask[b]`` marks, and the
+        new one; presents (B, h, T + 1, d_k) and, from a graph that gives them, the attention weights."""
+        assert step.self_attention_mask is not None, "appended caches take a self-attention mask"
+        caches = (*step.cross_keys, *step.cross_values, *step.past_keys, *step.past_values)
+        feed: dict[str, Any] = {
+            "input_ids": step.input_ids,
+            "position_ids": step.position_ids,
+            "encoder_attention_mask": step.encoder_attention_mask,
+            "self_attention_mask": step.self_attention_mask,
+            **dict(zip(self._cache_inputs, caches, strict=True)),
+        }
+        logits, *rest = self._run(self.decoder, self._decoder_outputs, feed)
+        L = self.spec.n_decoder_layers
+        self_attentions, cross_attentions = rest[2 * L :] if self.attention else (None, None)
+        return StepOutput(logits, rest[:L], rest[L : 2 * L], self_attentions, cross_attentions)
+
     @property
     def has_forced(self) -> bool:
-        """Whether :meth:`cross_attention` can run: the bundle has a forced decoder and this is its exact runner."""
+        """Whether :meth:`cross_attention` can run: the bundle has a forced decoder and this runner is float32's."""
         return self.forced is not None
 
     def cross_attention(self, sources: list[list[int]], targets: list[list[int]]) -> list[np.ndarray]:
@@ -282,113 +339,137 @@ class Runner:
             for b, (s, t) in enumerate(zip(sources, targets, strict=True))
         ]
 
-    def step(
-        self,
-        input_ids: np.ndarray,
-        position_ids: np.ndarray,
-        encoder_attention_mask: np.ndarray,
-        self_attention_mask: np.ndarray | None,
-        cross_keys: list[Cache],
-        cross_values: list[Cache],
-        past_keys: list[Cache],
-        past_values: list[Cache],
-        tokens: bool = False,
-    ) -> StepOutput:
-        """One decoding step for B sequences; see docs/ARCHITECTURE.md for the shapes. Host caches should be
-        C-contiguous (:class:`HostTensors` keeps them so), or ONNX Runtime copies them.
 
-        With :attr:`in_place` there is no self-attention mask (None): row b's ``position_ids[b]`` tokens sit at the
-        start of its cache buffers, of any capacity beyond the longest row; the step writes its slots into them
-        and returns them as the presents, with no attention weights. ``tokens`` (:attr:`greedy_tokens` only): each
-        row's greedy next token (padding never) instead of its logits."""
-        if self.in_place:
-            inputs = (input_ids, position_ids, encoder_attention_mask, *cross_keys, *cross_values)
-            logits, chosen = self._step_in_place(inputs, past_keys, past_values, tokens)
-            return StepOutput(logits, past_keys, past_values, None, None, chosen)
-        assert not tokens, "only the fast decoder gives tokens"
-        feed: dict[str, Any] = {
-            "input_ids": input_ids,
-            "position_ids": position_ids,
-            "encoder_attention_mask": encoder_attention_mask,
-        }
-        if self_attention_mask is not None:
-            feed["self_attention_mask"] = self_attention_mask
-        for kind, layers in (("cross_keys", cross_keys), ("cross_values", cross_values)):
-            feed.update({f"{kind}.{l}": layer for l, layer in enumerate(layers)})
-        for kind, layers in (("past_keys", past_keys), ("past_values", past_values)):
-            feed.update({f"{kind}.{l}": layer for l, layer in enumerate(layers)})
-        logits, *rest = self._run(self.decoder, self._decoder_outputs, feed)
+class _ThreadBindings:
+    """Each thread's IOBinding of a decoder session and what is bound to it, kept from step to step (schedulers on
+    several threads share a runner)."""
+
+    def __init__(self, session: ort.InferenceSession) -> None:
+        self._session = session
+        self._local = threading.local()
+
+    def get(self) -> tuple[ort.IOBinding, dict[str, Any]]:
+        state: tuple[ort.IOBinding, dict[str, Any]] | None = getattr(self._local, "state", None)
+        if state is None:
+            state = self._local.state = (self._session.io_binding(), {})
+        return state
+
+
+class InPlaceRunner(Runner):
+    """Caches written in place (decoder.fast.onnx, the int8 graphs; attnserve's kernels, no attention outputs): row
+    b's ``position_ids[b]`` tokens sit at the start of its cache buffers (docs/ARCHITECTURE.md, "caches written in
+    place"), whose cross rows may serve G consecutive rows each (``form.grouped_cross``); a graph of
+    ``form.greedy_tokens`` gives each row's greedy token instead of its logits where asked."""
+
+    layout = "in_place"
+
+    def _setup(self) -> None:
         L = self.spec.n_decoder_layers
-        self_attentions, cross_attentions = rest[2 * L :] if self.attention else (None, None)
-        return StepOutput(logits, rest[:L], rest[L : 2 * L], self_attentions, cross_attentions)
+        self.greedy_tokens = self.form.greedy_tokens
+        self._bindings = _ThreadBindings(self.decoder)
+        # Its inputs in the order step passes them, and its (past, present) cache pairs.
+        cross = [f"{kind}.{l}" for kind in ("cross_keys", "cross_values") for l in range(L)]
+        self._inputs = ("input_ids", "position_ids", "encoder_attention_mask", *cross)
+        self._cache_pairs = [(f"past_{kind}.{l}", f"present_{kind}.{l}") for kind in ("keys", "values")
+                             for l in range(L)]  # fmt: skip
 
-    def _step_in_place(
-        self, inputs: tuple[Any, ...], past_keys: list[Cache], past_values: list[Cache], tokens: bool
-    ) -> tuple[np.ndarray, np.ndarray | None]:
-        """The fast decoder with each cache buffer bound as its past input and its present output; the logits and
-        (asked for ``tokens``) the greedy tokens. ``inputs``: the values of ``_in_place_inputs`` (input_ids,
-        position_ids, encoder_attention_mask, then the cross keys and values).
+    def step(self, step: StepInput) -> StepOutput:
+        """Each cache buffer bound as its past input and its present output: the step writes its slots into them
+        (buffers of any capacity beyond the longest row) and returns them as the presents, with the logits, or
+        (``step.tokens``) the greedy tokens, in this thread's arrays, overwritten by its next step.
 
         A decoding thread keeps its binding from step to step and binds again only what changed (the buffers stay
         the same arrays until they grow, shrink or rows join): binding everything anew costs time every step."""
-        binding, bound = self._binding()
-        for name, value in zip(self._in_place_inputs, inputs, strict=True):
+        binding, bound = self._bindings.get()
+        inputs = (step.input_ids, step.position_ids, step.encoder_attention_mask, *step.cross_keys, *step.cross_values)
+        for name, value in zip(self._inputs, inputs, strict=True):
             if bound.get(name) is not value:
                 if isinstance(value, ort.OrtValue):
                     binding.bind_ortvalue_input(name, value)
                 else:
                     binding.bind_cpu_input(name, value)  # the array's own memory, not a copy
                 bound[name] = value
-        for (past, present), cache in zip(self._in_place_caches, (*past_keys, *past_values), strict=True):
+        for (past, present), cache in zip(self._cache_pairs, (*step.past_keys, *step.past_values), strict=True):
             if bound.get(past) is not cache:
                 value = cache if isinstance(cache, ort.OrtValue) else ort.OrtValue.ortvalue_from_numpy(cache)
                 binding.bind_ortvalue_input(past, value)
                 binding.bind_ortvalue_output(present, value)
                 bound[past] = cache
-        B = len(inputs[0])
-        if bound.get("rows") != (B, tokens):
-            self._bind_rows(binding, bound, B, tokens)
+        B = len(step.input_ids)
+        if bound.get("rows") != (B, step.tokens):
+            self._bind_rows(binding, bound, B, step.tokens)
         self.decoder.run_with_iobinding(binding)
-        return bound["logits"], bound["tokens"] if tokens else None  # overwritten by this thread's next step
+        chosen = bound["tokens"] if step.tokens else None
+        return StepOutput(bound["logits"], step.past_keys, step.past_values, None, None, chosen)
 
-    def step_candidates(
-        self,
-        input_ids: np.ndarray,
-        position_ids: np.ndarray,
-        parent_rows: np.ndarray,
-        source_rows: np.ndarray,
-        encoder_attention_mask: np.ndarray,
-        cross_keys: list[Cache],
-        cross_values: list[Cache],
-        past_keys: list[Cache],
-        past_values: list[Cache],
-        candidates: int,
-    ) -> StepOutput:
-        """One step of the device decoder (:attr:`form` ``candidates``) for B rows: row b gathers the past caches of
-        past row ``parent_rows[b]`` and the cross caches and mask of source ``source_rows[b]``, owns the last
-        ``position_ids[b]`` slots of the past caches, and gives its ``candidates`` best tokens (:class:`Candidates`)
-        and its greedy token; the presents stay on the device (B, h, T + 1, d_k).
+    def _bind_rows(self, binding: ort.IOBinding, bound: dict[str, Any], B: int, tokens: bool) -> None:
+        """Bind this thread's arrays for the logits (B rows, or none for ``tokens``) and, on a graph that takes
+        them, the rows of logits and of greedy tokens and the tokens' array; again only when B or ``tokens``
+        changes."""
+        assert self.greedy_tokens or not tokens, "this fast decoder gives logits only"
+        R, T = (0, B) if tokens else (B, 0)
+        logits = np.empty((R, self.spec.vocab_size), np.float32)
+        binding.bind_output("logits", "cpu", 0, np.float32, logits.shape, logits.ctypes.data)
+        chosen = None
+        if self.greedy_tokens:
+            rows = {"logit_rows": np.arange(R), "token_rows": np.arange(T)}
+            for name, value in rows.items():
+                binding.bind_cpu_input(name, value)
+            chosen = np.empty(T, np.int64)
+            binding.bind_output("tokens", "cpu", 0, np.int64, chosen.shape, chosen.ctypes.data)
+            bound.update(rows)
+        bound.update(rows=(B, tokens), logits=logits, tokens=chosen)
+
+
+class GatheredRunner(Runner):
+    """Caches gathered inside the step (the variant's device decoder, standard operators): each row's past caches
+    read through ``parent_rows`` and its cross caches through ``source_rows``, each row's candidates instead of
+    logits. Its caches are always device values (IOBinding), on the CPU too (how the tests and bench/gpu.py run it
+    there); a float16 device decoder's are float16."""
+
+    layout = "gathered"
+    device_caches = True
+
+    def _setup(self) -> None:
+        L = self.spec.n_decoder_layers
+        self._bindings = _ThreadBindings(self.decoder)
+        # Its cache inputs in the order step passes them, and its presents.
+        self._cache_inputs = [f"{kind}.{l}" for kind in ("cross_keys", "cross_values", "past_keys", "past_values")
+                              for l in range(L)]  # fmt: skip
+        self._presents = [f"present_{kind}.{l}" for kind in ("keys", "values") for l in range(L)]
+
+    def _cache_dtype(self) -> type[np.floating[Any]]:
+        """float16 where the graph's cache inputs say so."""
+        types = {i.name: i.type for i in self.decoder.get_inputs()}
+        return np.float16 if types["cross_keys.0"] == "tensor(float16)" else np.float32
+
+    def step(self, step: StepInput) -> StepOutput:
+        """Row b gathers the past caches of past row ``parent_rows[b]`` and the cross caches and mask of source
+        ``source_rows[b]``, owns the last ``position_ids[b]`` slots of the past caches, and gives its
+        ``candidates`` best tokens (:class:`Candidates`) and its greedy token; the presents stay on the device
+        (B, h, T + 1, d_k).
 
         A decoding thread keeps one binding from step to step: the row inputs are device values written in place
         while their shapes stay, the encoder mask and the caches are bound again only when they are other values
         (a new mask is a new array), and the host outputs are this thread's arrays, overwritten by its next step."""
-        binding, bound = self._binding()
-        rows = {"input_ids": input_ids, "position_ids": position_ids, "parent_rows": parent_rows,
-                "source_rows": source_rows, "candidates": np.array([candidates], np.int64)}  # fmt: skip
+        assert step.parent_rows is not None and step.source_rows is not None, "gathered caches take rows"
+        binding, bound = self._bindings.get()
+        rows = {"input_ids": step.input_ids, "position_ids": step.position_ids, "parent_rows": step.parent_rows,
+                "source_rows": step.source_rows, "candidates": np.array([step.candidates], np.int64)}  # fmt: skip
         for name, value in rows.items():
             self._bind_device_input(binding, bound, name, np.ascontiguousarray(value, np.int64))
-        if bound.get("encoder_attention_mask") is not encoder_attention_mask:
-            mask = np.ascontiguousarray(encoder_attention_mask, np.int64)
-            self._bind_device_input(binding, bound, "encoder_attention_mask", mask)
-            bound["encoder_attention_mask"] = encoder_attention_mask
-        for name, cache in zip(self._gathered_inputs, (*cross_keys, *cross_values, *past_keys, *past_values),
-                               strict=True):  # fmt: skip
+        mask = step.encoder_attention_mask
+        if bound.get("encoder_attention_mask") is not mask:
+            self._bind_device_input(binding, bound, "encoder_attention_mask", np.ascontiguousarray(mask, np.int64))
+            bound["encoder_attention_mask"] = mask
+        caches = (*step.cross_keys, *step.cross_values, *step.past_keys, *step.past_values)
+        for name, cache in zip(self._cache_inputs, caches, strict=True):
             if bound.get(name) is not cache:
                 binding.bind_ortvalue_input(name, cache)
                 bound[name] = cache
-        B = len(input_ids)
-        if bound.get("selected") != (B, candidates):
-            self._bind_selection(binding, bound, B, candidates)
+        B = len(step.input_ids)
+        if bound.get("selected") != (B, step.candidates):
+            self._bind_selection(binding, bound, B, step.candidates)
         for name in self._presents:  # a new value each step: the next step reads this one's
             binding.bind_output(name, self.device)
         self.decoder.run_with_iobinding(binding)
@@ -410,7 +491,7 @@ class Runner:
 
     def _bind_selection(self, binding: ort.IOBinding, bound: dict[str, Any], B: int, K: int) -> None:
         """Bind this thread's host arrays for the selection outputs of B rows of K candidates, in SELECTION's order
-        and before the presents (:meth:`step_candidates` reads the presents after them)."""
+        and before the presents (:meth:`step` reads the presents after them)."""
         shapes = {"candidate_tokens": (B, K), "candidate_logits": (B, K), "log_norm": (B,), "tokens": (B,)}
         for name in SELECTION:
             array = np.empty(shapes[name], np.int64 if "tokens" in name else np.float32)
@@ -418,29 +499,26 @@ class Runner:
             bound[name] = array
         bound["selected"] = (B, K)
 
-    def _bind_rows(self, binding: ort.IOBinding, bound: dict[str, Any], B: int, tokens: bool) -> None:
-        """Bind this thread's arrays for the logits (B rows, or none for ``tokens``) and, on a graph that takes
-        them, the rows of logits and of greedy tokens and the tokens' array; again only when B or ``tokens``
-        changes."""
-        assert self.greedy_tokens or not tokens, "this fast decoder gives logits only"
-        R, T = (0, B) if tokens else (B, 0)
-        logits = np.empty((R, self.spec.vocab_size), np.float32)
-        binding.bind_output("logits", "cpu", 0, np.float32, logits.shape, logits.ctypes.data)
-        chosen = None
-        if self.greedy_tokens:
-            rows = {"logit_rows": np.arange(R), "token_rows": np.arange(T)}
-            for name, value in rows.items():
-                binding.bind_cpu_input(name, value)
-            chosen = np.empty(T, np.int64)
-            binding.bind_output("tokens", "cpu", 0, np.int64, chosen.shape, chosen.ctypes.data)
-            bound.update(rows)
-        bound.update(rows=(B, tokens), logits=logits, tokens=chosen)
 
-    def _binding(self) -> tuple[ort.IOBinding, dict[str, Any]]:
-        """This thread's IOBinding of the fast decoder and what is bound to it (schedulers on several threads share
-        a runner)."""
-        state: tuple[ort.IOBinding, dict[str, Any]] | None = getattr(self._bindings, "state", None)
-        if state is None:
-            binding = self.decoder.io_binding()
-            state = self._bindings.state = (binding, {})
-        return state
+# Each runner class by the cache layout that it runs (GraphForm.cache).
+FORMS: dict[str, type[Runner]] = {form.layout: form for form in (AppendedRunner, InPlaceRunner, GatheredRunner)}
+
+
+def open_runner(
+    bundle: Bundle,
+    provider: Provider = "auto",
+    threads: int = 1,
+    variant: str = "float32",
+    role: DecoderRole = "decoder",
+    io_binding: bool | None = None,
+    encoder: ort.InferenceSession | None = None,
+    gpu_mem_limit_mb: int = 0,
+) -> Runner:
+    """The runner of the variant's ``role`` decoder graph, of the class its cache layout asks for (the arguments
+    are :class:`Runner`'s).
+
+    Raises:
+        BundleError: the bundle has no such graph.
+    """
+    cls = FORMS[str(bundle.form(role, variant).cache)]
+    return cls(bundle, provider, threads, variant, role, io_binding, encoder, gpu_mem_limit_mb)

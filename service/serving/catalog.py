@@ -1,12 +1,15 @@
 """What a set of bundles serves, read from their manifests alone: the language pairs of each bundle, the pairs served
-through a pivot language, and what a bundle weighs on disk. Nothing here loads a graph."""
+through a pivot language, and what a bundle weighs on disk and loaded (its graphs' initializer headers). Nothing here
+opens a session."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from service.runtime.bundle import Bundle
 from service.runtime.manifest import Manifest
 
 Pair = tuple[str, str]  # (source language, target language)
@@ -73,6 +76,74 @@ def readable_pairs(path: Path) -> list[Pair]:
 def disk_bytes(path: Path, manifest: Manifest) -> int:
     """The size on disk of :func:`bundle_files` (the manifest not counted)."""
     return sum(f.stat().st_size for f in bundle_files(path, manifest))
+
+
+def served_graphs(manifest: Manifest, variant: str, exact: bool = True) -> list[str]:
+    """The graph files whose sessions a CPU engine opens to serve ``variant`` (service/serving/engine.py's
+    ``Runners``), each once: float32's exact encoder and fast decoder (the encoder's session shared), another
+    variant's encoder and decoder; with ``exact``, the exact float32 graphs too (encoder, decoder and forced
+    decoder), which /attention, ``return_details`` and span placement load on first need."""
+    graphs = manifest.graphs
+    if variant == "float32":
+        served = [graphs[role] for role in ("encoder", "fast_decoder") if role in graphs]
+    else:  # a variant the bundle lacks opens nothing: its load says so
+        served = [f for role, f in graphs.get(variant, {}).items() if role in ("encoder", "decoder")]
+    exact_graphs = [graphs[role] for role in ("encoder", "decoder", "forced_decoder") if role in graphs]
+    return list(dict.fromkeys([*served, *(exact_graphs if exact else [])]))
+
+
+def loaded_bytes(path: Path, manifest: Manifest, variant: str, exact: bool = True) -> int:
+    """The weights of :func:`served_graphs` as ONNX Runtime holds them: each session's initializers, float16 ones
+    that a ``Cast`` turns into float32 counted as float32 (:func:`weight_bytes`). What ``models_memory_mb`` counts.
+
+    Raises:
+        OSError: a graph cannot be read.
+    """
+    return sum(weight_bytes(path / name) for name in served_graphs(manifest, variant, exact))
+
+
+def footprint(bundle: Bundle, override: str | None) -> int:
+    """What a loaded bundle counts against ``models_memory_mb``: :func:`loaded_bytes` of the variant it serves
+    (``override``: ``ATTNSERVE_GRAPH_VARIANT``), its exact graphs included (the bound holds once they are open).
+
+    Raises:
+        OSError: a graph cannot be read.
+    """
+    return loaded_bytes(bundle.path, bundle.manifest, bundle.served_variant(override))
+
+
+def weight_bytes(graph: Path) -> int:
+    """The bytes of a graph's initializers once loaded: float16 ones that feed a ``Cast`` to float32 (a bundle's
+    float16-stored weights) count as float32, int8 ones as int8 (their scales apart). Read from the graph's
+    headers (external data not read), once per file version.
+
+    Raises:
+        OSError: the graph cannot be read.
+        ValueError: it is not an ONNX graph.
+    """
+    st = graph.stat()
+    return _weight_bytes(str(graph), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=256)
+def _weight_bytes(graph: str, mtime_ns: int, size: int) -> int:
+    import onnx
+
+    try:
+        g = onnx.load(graph, load_external_data=False).graph
+    except OSError:
+        raise
+    except Exception as e:  # protobuf's DecodeError, among others, for a file that is not a graph
+        raise ValueError(f"{graph}: not an ONNX graph ({type(e).__name__}: {e})") from None
+    to_float = {n.input[0] for n in g.node if n.op_type == "Cast" and onnx.helper.get_node_attr_value(n, "to") == 1}
+    total = 0
+    for t in g.initializer:
+        count = 1
+        for d in t.dims:
+            count *= d
+        itemsize = 4 if t.name in to_float else onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+        total += count * itemsize
+    return total
 
 
 def bundle_for(paths: Sequence[Path], source: str | None = None, target: str | None = None) -> Path:

@@ -25,8 +25,8 @@ from service.decoding import BatchDecoder, DecodeRequest, DecodeResult, Hypothes
 from service.decoding.constraint import Spelling
 from service.errors import ClientGone, NoSuchIndex, TooLarge, UnknownPair
 from service.runtime.bundle import Bundle, load_bundle
-from service.runtime.providers import CPU
-from service.runtime.runner import Runner, trim_memory
+from service.runtime.providers import CPU, choose_provider
+from service.runtime.runner import AppendedRunner, open_runner, trim_memory
 from service.serving.admission import check_servable
 from service.serving.alignment import SegmentInput, alignable
 from service.serving.budget import Budget, MiB, answer_bytes, request_bytes
@@ -35,6 +35,7 @@ from service.serving.catalog import pair_label
 from service.serving.confidence import Calibration, Evidence, coverage, is_content
 from service.serving.core_sharing import WhileSaturated
 from service.serving.explain import explaining
+from service.serving.on_first_use import OnFirstUse
 from service.serving.restoring import ForcingRunner, Restored, attend, restore_spans, worst
 from service.serving.scheduler import DeadlineExceeded, Scheduler, StepStats
 from service.serving.steps import Step, carried, carried_now, together
@@ -62,8 +63,7 @@ log = logging.getLogger(__name__)
 
 
 class ServingRunner(StepRunner, Protocol):
-    """A step runner as the engine serves it (service/runtime/runner.py's :class:`~service.runtime.runner.Runner`, or a
-    fake)."""
+    """A step runner as the engine serves it (one of service/runtime/runner.py's forms, or a fake)."""
 
     @property
     def attention(self) -> bool: ...  # its graphs give attention weights (else such requests go to ``exact``)
@@ -84,27 +84,35 @@ class Runners:
 
     @classmethod
     def build(cls, bundle: Bundle, settings: Settings) -> Runners:
-        """The real ONNX Runtime runners for ``settings``: on CUDA the variant's device decoder where the bundle has
-        one (token choice and cache reordering on the device, sharing float32's exact encoder), else the exact
-        graphs (the fast decoder's attention kernels, service/runtime/_attention.c, are the CPU's); on the CPU for
-        float32 the fast decoder (caches written in place, no attention outputs) sharing the exact runner's
-        encoder; for int8 its quantized graphs, for float16 its exact graphs.
+        """The real ONNX Runtime runners for ``settings``. On the CPU: for float32 the fast decoder (caches written
+        in place, no attention outputs) with the exact encoder, for int8 its quantized graphs, for float16 its exact
+        graphs; the exact runner's other sessions open on first need (service/serving/on_first_use.py), sharing the
+        float32 encoder's. On CUDA, every session now: the variant's device decoder where the bundle has one (token
+        choice and cache reordering on the device, sharing float32's exact encoder), else the exact graphs (the fast
+        decoder's attention kernels, service/runtime/_attention.c, are the CPU's).
 
         Raises:
             BundleError: the bundle has no graphs of the variant it serves.
         """
         provider, threads, variant = settings.provider, settings.threads, bundle.served_variant(settings.graph_variant)
+        if choose_provider(provider) == CPU:
+            if variant == "float32":
+                fast = open_runner(bundle, provider, threads, role="fast_decoder")
+                exact = OnFirstUse(partial(AppendedRunner, bundle, provider, threads, encoder=fast.encoder), bundle)
+            else:
+                fast = open_runner(bundle, provider, threads, variant)
+                exact = OnFirstUse(partial(AppendedRunner, bundle, provider, threads), bundle)
+            return cls(exact, fast, exact if exact.has_forced else None)
         limit = settings.gpu_mem_limit_mb
-        exact = Runner(bundle, provider, threads, gpu_mem_limit_mb=limit)
-        forced = exact if exact.has_forced else None
-        if exact.provider != CPU and bundle.has_graph("device_decoder", variant):
-            encoder = exact.encoder if variant == "float32" else None
-            return cls(exact, Runner(bundle, provider, threads, variant, encoder=encoder, device_decoder=True), forced)
+        on_device = AppendedRunner(bundle, provider, threads, gpu_mem_limit_mb=limit)
+        forced = on_device if on_device.has_forced else None
+        if bundle.has_graph("device_decoder", variant):
+            encoder = on_device.encoder if variant == "float32" else None
+            device = open_runner(bundle, provider, threads, variant, "device_decoder", encoder=encoder)
+            return cls(on_device, device, forced)
         if variant != "float32":
-            return cls(exact, Runner(bundle, provider, threads, variant, gpu_mem_limit_mb=limit), forced)
-        if exact.provider == CPU:
-            return cls(exact, Runner(bundle, provider, threads, fast=True, encoder=exact.encoder), forced)
-        return cls(exact, exact, forced)
+            return cls(on_device, open_runner(bundle, provider, threads, variant, gpu_mem_limit_mb=limit), forced)
+        return cls(on_device, on_device, forced)
 
 
 @dataclass(frozen=True)

@@ -25,11 +25,12 @@ from service.errors import AmbiguousSource, NotReady, PairUnavailable, UnknownPa
 from service.metrics import Metrics, PairQueue
 from service.runtime.bundle import Bundle
 from service.runtime.gpu_memory import device_memory
+from service.runtime.manifest import MANIFEST
 from service.runtime.providers import CUDA
 from service.runtime.runner import trim_memory
 from service.serving.auto import detect_sources, translate_auto
 from service.serving.budget import MiB
-from service.serving.catalog import Pair, pair_label, pairs_of, pivots
+from service.serving.catalog import Pair, footprint, pair_label, pairs_of, pivots
 from service.serving.core_sharing import WhileSaturated
 from service.serving.engine import Engine, Pooled, Runners
 from service.serving.pairs import Hooks, PairRegistry
@@ -84,7 +85,11 @@ class Models:
             loaded=lambda pairs, seconds: metrics.observe_load(labels(pairs), seconds),
             unloaded=lambda pairs: metrics.observe_unload(labels(pairs)),
         )
-        registry = PairRegistry[Engine](bundles, self._load, self._unload, settings.models_memory_mb * MiB, hooks)
+        # Under a bound, start-up's check_fits has read each footprint (catalog caches them); without one, none is read.
+        weights = partial(footprint, override=settings.graph_variant)
+        registry = PairRegistry[Engine](
+            bundles, self._load, self._unload, weights, settings.models_memory_mb * MiB, hooks
+        )
         self._manifests = {b.path: manifest_time(b.path) for b in bundles}
         self.registry = registry
         metrics.track_queues(partial(pair_queues, registry, settings.queue_size * settings.decode_threads))
@@ -320,7 +325,7 @@ def pair_queues(registry: PairRegistry[Engine], capacity: int) -> dict[str, Pair
 def manifest_time(bundle: Path) -> int | None:
     """When a bundle's manifest was last written (None: it has none): a bundle replaced in place is read again."""
     try:
-        return (bundle / "manifest.json").stat().st_mtime_ns
+        return (bundle / MANIFEST).stat().st_mtime_ns
     except OSError:
         return None
 

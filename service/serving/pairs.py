@@ -2,12 +2,12 @@
 
 Every pair has a bundle behind it (several pairs may share one: a multi-target bundle). A bundle is loaded
 (runners, schedulers, warm-up, an engine for each of its pairs: the ``load`` it is given) when a request first needs
-it, or at start-up by :meth:`PairRegistry.preload`, and counts
-its footprint against a memory bound. When loading one more would pass the bound, the least recently used bundle
-with no request in flight is unloaded; when none can be, the request gets :class:`~service.errors.ModelsBusy`.
-Concurrent first requests for one bundle wait on one load. The bundles served may change while serving
-(:meth:`PairRegistry.serve`, a reload): a bundle no longer served leaves its pairs at once and is unloaded once its
-requests in flight have ended.
+it, or at start-up by :meth:`PairRegistry.preload`, and counts its footprint (the weights its sessions hold:
+service/serving/catalog.py's ``footprint``) against a memory bound. When loading one more would pass the bound, the
+least recently used bundle with no request in flight is unloaded; when none can be, the request gets
+:class:`~service.errors.ModelsBusy`. Concurrent first requests for one bundle wait on one load. The bundles served
+may change while serving (:meth:`PairRegistry.serve`, a reload): a bundle no longer served leaves its pairs at once
+and is unloaded once its requests in flight have ended.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Generic, Literal, TypeVar
 
 from service.errors import ModelsBusy, PairUnavailable, UnknownPair
 from service.runtime.bundle import Bundle
-from service.serving.catalog import Pair, disk_bytes, pairs_of
+from service.serving.catalog import Pair, pairs_of
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class Slot(Generic[E]):
     used."""
 
     bundle: Bundle
-    footprint: int  # bytes counted against the bound
+    footprint: int  # bytes counted against the bound (0 without one)
     engine: Mapping[Pair, E] | None = None
     loading: asyncio.Future[Mapping[Pair, E]] | None = None
     in_flight: int = 0
@@ -70,6 +70,7 @@ class PairRegistry(Generic[E]):
         bundles: the checked bundles; each serves the pairs its manifest names (service/serving/catalog.py).
         load: builds a bundle's engines, started and warm, one for each of its pairs (awaited on the event loop).
         unload: stops a bundle's engines and lets their memory go.
+        footprint: the bytes a bundle counts against ``bound`` once loaded (asked only under a bound).
         bound: bytes the loaded bundles' footprints may add up to; 0 = no bound.
         hooks: where loads and unloads are reported.
     """
@@ -79,12 +80,13 @@ class PairRegistry(Generic[E]):
         bundles: Sequence[Bundle],
         load: Callable[[Bundle], Awaitable[Mapping[Pair, E]]],
         unload: Callable[[Mapping[Pair, E]], Awaitable[None]],
+        footprint: Callable[[Bundle], int],
         bound: int = 0,
         hooks: Hooks | None = None,
     ) -> None:
-        self._load, self._unload, self.bound = load, unload, bound
+        self._load, self._unload, self._footprint, self.bound = load, unload, footprint, bound
         self.hooks = hooks or Hooks()
-        self.slots = [Slot[E](b, disk_bytes(b.path, b.manifest)) for b in bundles]
+        self.slots = [Slot[E](b, self._size(b)) for b in bundles]
         self._by_pair = {pair: slot for slot in self.slots for pair in pairs_of(slot.bundle.manifest)}
         self._unloading: set[asyncio.Task[None]] = set()
         self._started = False  # preload done: later load failures are logged here
@@ -93,7 +95,7 @@ class PairRegistry(Generic[E]):
         """Add slots for ``bundles`` not registered yet, serving no pair until :meth:`serve` names them (so that
         :meth:`preload` can warm them first)."""
         have = {id(s.bundle) for s in self.slots}
-        self.slots += [Slot[E](b, disk_bytes(b.path, b.manifest)) for b in bundles if id(b) not in have]
+        self.slots += [Slot[E](b, self._size(b)) for b in bundles if id(b) not in have]
 
     def serve(self, bundles: Sequence[Bundle]) -> None:
         """Serve exactly ``bundles``' pairs from now on (each pair from the first that names it), staging the new
@@ -128,6 +130,9 @@ class PairRegistry(Generic[E]):
             task = asyncio.ensure_future(self._unload(engine))
             self._unloading.add(task)
             task.add_done_callback(partial(self._unloaded, list(engine)))
+
+    def _size(self, bundle: Bundle) -> int:
+        return self._footprint(bundle) if self.bound else 0  # reading graphs' headers costs start-up time
 
     @property
     def pairs(self) -> list[Pair]:

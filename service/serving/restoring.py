@@ -33,8 +33,8 @@ PATHS = ("decoded", "constrained", "attention", "appended")  # in the order they
 
 
 class ForcingRunner(Protocol):
-    """A runner that gives finished hypotheses' cross-attention in one call (service/runtime/runner.py's forced
-    decoder)."""
+    """A runner that gives finished hypotheses' cross-attention in one call (service/runtime/runner.py's
+    :class:`~service.runtime.runner.AppendedRunner`, with the forced decoder)."""
 
     def cross_attention(self, sources: list[list[int]], targets: list[list[int]]) -> list[np.ndarray]: ...
 

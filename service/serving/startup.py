@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from service.runtime.bundle import Bundle, BundleError, load_bundle
+from service.runtime.manifest import MANIFEST
 from service.serving import packages
 from service.serving.budget import MiB
-from service.serving.catalog import Pair, disk_bytes, pairs_of, pivots, readable_pairs
+from service.serving.catalog import Pair, footprint, pairs_of, pivots, readable_pairs
 from service.settings import Settings
 
 ENV_PREFIX = "ATTNSERVE_"
@@ -246,15 +247,22 @@ def admit(
 
 
 def check_fits(bundle: Bundle, settings: Settings) -> None:
-    """A bundle fits in ``models_memory_mb`` alone (else it could never load).
+    """A bundle fits in ``models_memory_mb`` alone (else it could never load); its footprint is read only here and
+    cached (service/serving/catalog.py), so the registry's reads cost start-up nothing more.
 
     Raises:
-        StartupError: it does not.
+        StartupError: it does not, or its graphs cannot be read.
     """
-    size, bound = disk_bytes(bundle.path, bundle.manifest), settings.models_memory_mb * MiB
-    if bound and size > bound:
+    bound = settings.models_memory_mb * MiB
+    if not bound:
+        return
+    try:
+        size = footprint(bundle, settings.graph_variant)
+    except (OSError, ValueError) as e:
+        raise StartupError(f"{bundle.path}: its graphs cannot be read: {e}") from None
+    if size > bound:
         raise StartupError(
-            f"{bundle.path}: its files take {-(-size // MiB)} MiB, more than {ENV_PREFIX}MODELS_MEMORY_MB="
+            f"{bundle.path}: its weights take {-(-size // MiB)} MiB loaded, more than {ENV_PREFIX}MODELS_MEMORY_MB="
             f"{settings.models_memory_mb}: raise it, or serve the bundle elsewhere"
         )
 
@@ -265,7 +273,7 @@ def check_bundle(path: Path, settings: Settings) -> Bundle:
     Raises:
         StartupError: as :func:`check`, naming the bundle's file.
     """
-    manifest = path / "manifest.json"
+    manifest = path / MANIFEST
     if not path.is_dir():
         raise StartupError(f"{path}: no such bundle directory — check {ENV_PREFIX}BUNDLES (or --bundle)")
     try:
@@ -294,7 +302,7 @@ def consistent(bundle: Bundle) -> None:
         BundleError: an id past ``vocab_size``.
     """
     spec, tok = bundle.spec, bundle.tokenizer
-    where = f"{bundle.path / 'manifest.json'}: model.vocab_size={spec.vocab_size}"
+    where = f"{bundle.path / MANIFEST}: model.vocab_size={spec.vocab_size}"
     if tok.vocab is not None:
         sizes = {"tokenizer vocab": max(tok.vocab.values(), default=-1) + 1}
     else:

@@ -12,7 +12,7 @@ from libretranslate import argos_package, bodies, comparable, libretranslate_env
 from model.importers.argos import import_argos
 from service.decoding import DecodeRequest, decode
 from service.runtime.bundle import load_bundle
-from service.runtime.runner import Runner
+from service.runtime.runner import open_runner
 
 TEXTS = ["Open file", "Save as…", "Delete the selected files?", "Settings", "Close window"]
 
@@ -21,7 +21,7 @@ def tokens(bundle_dir: Path) -> list[list[str]]:
     bundle = load_bundle(bundle_dir)
     tok = bundle.tokenizer
     requests = [DecodeRequest(src=tok.encode_source(t), max_length=12) for t in TEXTS]
-    return [tok.pieces(r.hypotheses[0].tokens) for r in decode(Runner(bundle, "cpu"), requests)]
+    return [tok.pieces(r.hypotheses[0].tokens) for r in decode(open_runner(bundle, "cpu"), requests)]
 
 
 def test_the_package_is_the_bundle(tiny_bundle: Path, tmp_path: Path) -> None:

@@ -3,7 +3,8 @@ GPU image on a machine without a GPU, where ATTNSERVE_PROVIDER=auto serves on th
 (docker-compose.libretranslate.yml), the server importing Argos packages from LibreTranslate's volume by itself.
 
 A Docker engine is used if one answers; otherwise the test starts its own (vfs storage, no bridge, no iptables,
-its data under /var/lib/attnserve-image-test, kept between runs as a cache) and stops it at the end. Where the base
+its data under /var/lib/attnserve-image-test, kept between runs as a cache, removed under CI=true: the vfs storage
+driver copies every layer whole, tens of gigabytes) and stops it at the end. Where the base
 image cannot be pulled, a stand-in with the same tag is built from Debian packages with debootstrap (the offline
 build path, docs/DEPLOY.md). Builds, logs and the measurements (image.json) go to test-artifacts/image/.
 
@@ -189,6 +190,8 @@ def own_engine(docker: Docker) -> Iterator[Docker]:
             process.wait()
         if os.path.ismount(RUN / "netns/default"):  # dockerd leaves its network namespace mounted
             subprocess.run(["umount", str(RUN / "netns/default")], check=False)
+        if os.environ.get("CI") == "true":
+            shutil.rmtree(STATE, ignore_errors=True)
 
 
 def image_size(docker: Docker, tag: str) -> int:

@@ -20,6 +20,8 @@ import httpx
 import pytest
 import yaml
 
+from service.runtime.manifest import Manifest
+
 from .conftest import CUDA_ONLY, dashboard_queries, require_tool
 
 
@@ -122,8 +124,8 @@ def send_load(url: str, source: str, target: str) -> None:
 
 @pytest.mark.timeout(300)
 def test_every_dashboard_query_returns_data(attnserve: str, prometheus: str, tiny_bundle: Path) -> None:
-    manifest = json.loads((tiny_bundle / "manifest.json").read_text())
-    send_load(attnserve, manifest["source_lang"], manifest["target_lang"])
+    manifest = Manifest.read(tiny_bundle)
+    send_load(attnserve, manifest.source_lang, manifest.target_lang)
 
     translated = 'sum(attnserve_requests_total{endpoint="translate", status="200"}) >= 40'
     deadline = time.monotonic() + 30

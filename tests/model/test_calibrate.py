@@ -12,6 +12,7 @@ import pytest
 
 from model.calibrate import Scored, calibrate, fit, omission_threshold
 from model.cli import main
+from service.runtime.manifest import Manifest
 from service.serving.confidence import Calibration
 from service.serving.engine import Details, Engine, Options, Translation
 from service.settings import Settings
@@ -54,12 +55,12 @@ def test_calibrate_writes_only_its_field(tiny_bundle: Path, tmp_path: Path, caps
     pairs = ["Open file\tファイルを開く", "Settings\t設定", "Close window\tウィンドウを閉じる", "Save as\t保存"]
     (corpus / "dev.tsv").write_text("".join(f"{p}\tpkg\n" for p in pairs * 5))
     bundle = Path(shutil.copytree(tiny_bundle, tmp_path / "bundle"))
-    before = json.loads((bundle / "manifest.json").read_text())
+    before = Manifest.read(bundle).data
     assert main(["calibrate", str(bundle), "--corpus", str(corpus), "--dry-run"]) == 0
-    assert json.loads((bundle / "manifest.json").read_text()) == before
+    assert Manifest.read(bundle).data == before
     assert json.loads(capsys.readouterr().out)["dev_set"] == "en-ja dev split (20 pairs)"
     entry = calibrate(bundle, corpus, layers=[0, 1])
-    after = json.loads((bundle / "manifest.json").read_text())
+    after = Manifest.read(bundle).data
     assert after.pop("calibration") == entry and after == before
     assert entry["layers"] == [0, 1] and entry["command"].startswith("attnserve calibrate")
     engine = Engine.load(bundle, Settings(bundles=[bundle]))

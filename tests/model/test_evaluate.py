@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -10,6 +9,7 @@ import pytest
 
 from model.evaluate import evaluate, scores, translation_memory
 from model.export.quantize import add_int8
+from service.runtime.manifest import Manifest
 
 
 def test_translation_memory_takes_the_closest_training_source() -> None:
@@ -37,7 +37,7 @@ def test_evaluate_writes_scores_into_the_manifest(tiny_bundle: Path, tmp_path: P
     report = evaluate(bundle, corpus, write=True)
     assert report["results"]["translation memory"]["chrF"] == 100.0
     assert len(report["samples"]) == 20
-    recorded = json.loads((bundle / "manifest.json").read_text())["scores"]
+    recorded = Manifest.read(bundle).scores
     decodings = {"greedy", "beam 4", "greedy, int8", "beam 4, int8", "translation memory"}
     assert {(s["decoding"], s["metric"]) for s in recorded} == {(d, m) for d in decodings for m in ("chrF", "BLEU")}
     assert all(s["command"].startswith("attnserve evaluate") for s in recorded)

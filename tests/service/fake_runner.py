@@ -6,8 +6,8 @@ import numpy as np
 
 from service.decoding import StepRunner
 from service.runtime.bundle import GraphForm, ModelSpec
-from service.runtime.runner import EncoderOutput, StepOutput
-from service.runtime.tensors import Cache, HostTensors
+from service.runtime.runner import EncoderOutput, StepInput, StepOutput
+from service.runtime.tensors import HostTensors
 
 APPENDED = GraphForm("decoder", attentions=True, cache="appended")  # as decoder.onnx
 IN_PLACE = GraphForm("decoder", attentions=False, cache="in_place", grouped_cross=True)  # as decoder.int8.onnx
@@ -33,18 +33,7 @@ class FakeRunner:
         keys[:, 0, :, 1] = (same_text & (attention_mask[:, None, :] != 0)).sum(2)  # and its length
         return EncoderOutput(np.zeros((1, B, 2, S, S), np.float32), [keys], [keys.copy()])
 
-    def step(
-        self,
-        input_ids: np.ndarray,
-        position_ids: np.ndarray,
-        encoder_attention_mask: np.ndarray,
-        self_attention_mask: np.ndarray | None,
-        cross_keys: list[Cache],
-        cross_values: list[Cache],
-        past_keys: list[Cache],
-        past_values: list[Cache],
-        tokens: bool = False,
-    ) -> StepOutput:
+    def step(self, step: StepInput) -> StepOutput:
         raise NotImplementedError("a test's runner gives its step")
 
 
@@ -59,27 +48,17 @@ class CountingRunner(FakeRunner):
 
     spec = SPEC
 
-    def step(
-        self,
-        input_ids: np.ndarray,
-        position_ids: np.ndarray,
-        encoder_attention_mask: np.ndarray,
-        self_attention_mask: np.ndarray | None,
-        cross_keys: list[Cache],
-        cross_values: list[Cache],
-        past_keys: list[Cache],
-        past_values: list[Cache],
-        tokens: bool = False,  # never asked: appended caches
-    ) -> StepOutput:
-        B = input_ids.shape[0]
+    def step(self, step: StepInput) -> StepOutput:  # appended caches: never asked for tokens
+        B = step.input_ids.shape[0]
         self.step_rows.append(B)
+        cross_keys = step.cross_keys
         first, length = cross_keys[0][:, 0, 0, 0], cross_keys[0][:, 0, 0, 1]
-        t = position_ids[:, 0] + 1
+        t = step.position_ids[:, 0] + 1
         nxt = np.where(t >= length, 0, (first + t) % 14 + 1).astype(int)
         logits = np.full((B, 16), -10.0, np.float32)
         logits[np.arange(B), nxt] = 10.0
-        assert self_attention_mask is not None
-        T = self_attention_mask.shape[1]
+        assert step.self_attention_mask is not None
+        T = step.self_attention_mask.shape[1]
         kv = np.zeros((B, 2, T, 2), np.float32)
         return StepOutput(
             logits,

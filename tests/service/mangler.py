@@ -12,8 +12,7 @@ import numpy as np
 
 from service.runtime.bundle import ModelSpec
 from service.runtime.manifest import Manifest
-from service.runtime.runner import StepOutput
-from service.runtime.tensors import Cache
+from service.runtime.runner import StepInput, StepOutput
 from service.serving.engine import Engine, Runners
 from service.settings import Settings
 from tests.service.fake_runner import FakeRunner
@@ -78,16 +77,13 @@ class Mangler(FakeRunner):
     attention = True
     provider = "fake"
 
-    def step(
-        self, input_ids: np.ndarray, position_ids: np.ndarray, encoder_mask: np.ndarray, self_mask: np.ndarray | None,
-        cross_keys: list[Cache], cross_values: list[Cache], past_keys: list[Cache], past_values: list[Cache],
-        tokens: bool = False,
-    ) -> StepOutput:  # fmt: skip
+    def step(self, step: StepInput) -> StepOutput:
+        input_ids, position_ids, self_mask = step.input_ids, step.position_ids, step.self_attention_mask
         assert self_mask is not None, "appended caches"
         B = len(input_ids)
         new = np.zeros((B, 2, 1, 2), np.float32)
         new[:, 0, 0, 0], new[:, 0, 0, 1] = input_ids[:, 0], position_ids[:, 0]
-        keys = np.concatenate([past_keys[0], new], axis=2)
+        keys = np.concatenate([step.past_keys[0], new], axis=2)
         logits = np.full((B, 16), -20.0, np.float32)
         for b in range(B):
             owned = keys[b, 0, np.flatnonzero(self_mask[b] == 1)]
@@ -96,7 +92,7 @@ class Mangler(FakeRunner):
             order = ([MANGLED[len(prefix)]] if on_script else []) + FALLBACK
             for rank, token in enumerate(dict.fromkeys(order)):
                 logits[b, token] = 10.0 - rank
-        T, S = keys.shape[2], cross_keys[0].shape[2]
+        T, S = keys.shape[2], step.cross_keys[0].shape[2]
         cross = np.zeros((1, B, 2, S), np.float32)
         cross[:, :, :, 1] = 1.0
         return StepOutput(logits, [keys], [keys.copy()], np.zeros((1, B, 2, T), np.float32), cross)

@@ -3,9 +3,10 @@ for the tests of several pairs and of pivoting. No torch."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
+
+from service.runtime.manifest import Manifest
 
 
 def pair_bundle(tiny: Path, root: Path, source: str, target: str) -> Path:
@@ -13,7 +14,7 @@ def pair_bundle(tiny: Path, root: Path, source: str, target: str) -> Path:
     out = root / f"tiny-{source}-{target}"
     if not out.exists():
         shutil.copytree(tiny, out)
-        manifest = json.loads((out / "manifest.json").read_text())
-        manifest.update(name=out.name, source_lang=source, target_lang=target)
-        (out / "manifest.json").write_text(json.dumps(manifest))
+        manifest = Manifest.read(out)
+        manifest.name, manifest.source_lang, manifest.target_lang = out.name, source, target
+        manifest.write(out)
     return out

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -112,21 +113,26 @@ class ServeProcess:
         self.stop()
 
 
+def slowed(step: Callable[..., Any], delay: float) -> Callable[..., Any]:
+    """``step``, ``delay`` seconds later."""
+
+    def slow_step(*args: Any, **kw: Any) -> Any:
+        time.sleep(delay)
+        return step(*args, **kw)
+
+    return slow_step
+
+
 def slow_down() -> None:
     """Patch decoding steps and warm-up as ``SLOW_STEP_S`` and ``WARM_UP_GATE`` say (test-only, in this process)."""
-    from service.runtime.runner import Runner
+    from service.runtime.runner import FORMS
     from service.serving.engine import Engine
 
     delay = float(os.environ.get("SLOW_STEP_S", "0"))
     gate = os.environ.get("WARM_UP_GATE")
     if delay:
-        step = Runner.step
-
-        def slow_step(self: Runner, *args: Any, **kw: Any) -> Any:
-            time.sleep(delay)
-            return step(self, *args, **kw)
-
-        Runner.step = slow_step  # type: ignore[method-assign]
+        for form in FORMS.values():
+            form.step = slowed(form.step, delay)  # type: ignore[method-assign]
     if gate:
         warm_up = Engine.warm_up
 

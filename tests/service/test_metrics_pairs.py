@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 from pathlib import Path
 
 import httpx
 
+from service.runtime.manifest import Manifest
 from service.settings import Settings
 from tests.service.conftest import Server
 from tests.service.pair_bundles import pair_bundle
@@ -36,9 +36,10 @@ def value(series: Series, name: str, **labels: str) -> float:
 def multi_target(tiny: Path, root: Path) -> Path:
     """The tiny bundle as one model of en→de and en→fr (each target opened by its own source token)."""
     out = pair_bundle(tiny, root, "en", "de").rename(root / "tiny-en-de-fr")
-    manifest = json.loads((out / "manifest.json").read_text())
-    manifest.update(name=out.name, targets=[{"code": "de", "prefix": [5]}, {"code": "fr", "prefix": [6]}])
-    (out / "manifest.json").write_text(json.dumps(manifest))
+    manifest = Manifest.read(out)
+    manifest.name = out.name
+    manifest.data["targets"] = [{"code": "de", "prefix": [5]}, {"code": "fr", "prefix": [6]}]
+    manifest.write(out)
     return out
 
 

@@ -5,7 +5,6 @@ of each key that no graph carries under its own name (tied embeddings)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +14,7 @@ from onnx import numpy_helper
 from model.config import TransformerConfig
 from model.export.builder.ops import weight_key
 from model.export.store import FLOAT16_SUFFIX
+from service.runtime.manifest import Manifest
 
 Weights = dict[str, np.ndarray]
 
@@ -61,9 +61,9 @@ def graph_weights(bundle_dir: Path, graphs: dict[str, str]) -> Weights:
 
 def read_weights(bundle_dir: Path) -> tuple[TransformerConfig, Weights]:
     """A bundle's config and weights, every aliased key (the manifest's ``weights.aliases``) filled in."""
-    manifest = json.loads((bundle_dir / "manifest.json").read_text())
-    found = graph_weights(bundle_dir, manifest["graphs"])
-    for key, twin in manifest["weights"]["aliases"].items():
+    manifest = Manifest.read(bundle_dir)
+    found = graph_weights(bundle_dir, manifest.graphs)
+    for key, twin in manifest.weight_aliases.items():
         if twin in found:
             found[key] = found[twin]
-    return TransformerConfig.from_dict(manifest["model"]), found
+    return TransformerConfig.from_dict(manifest.model), found

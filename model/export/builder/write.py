@@ -28,9 +28,10 @@ from model.export.forms import (
     fast_decoder_form,
 )
 from model.export.store import WEIGHTS, store_tensors
-from service.runtime.bundle import FORMAT, GraphForm, sha256
+from service.runtime.bundle import FORMAT, GraphForm
 from service.runtime.derive import FUSED_ENCODER, add_int8
 from service.runtime.kernels import switch_kernels
+from service.runtime.manifest import Manifest
 
 log = logging.getLogger(__name__)
 
@@ -94,16 +95,6 @@ def build_graphs(c: TransformerConfig, weights: Weights, out_dir: Path, builds: 
         log.info("built %s in %.1f s", name, time.perf_counter() - start)
     (out_dir / WEIGHTS).write_bytes(bytes(data))
     return len(data)
-
-
-def write_manifest(bundle_dir: Path, manifest: dict[str, Any]) -> None:
-    """Write manifest.json with the sha256 of every other file in the bundle; a derived graph (the manifest's
-    ``derived``) that is not there keeps the sha256 the manifest gives it."""
-    files = sorted(p for p in bundle_dir.iterdir() if p.is_file() and p.name != "manifest.json")
-    absent = set(manifest.get("derived", {})) - {p.name for p in files}
-    kept = {name: h for name, h in manifest.get("sha256", {}).items() if name in absent}
-    manifest = {**manifest, "sha256": dict(sorted({**kept, **{p.name: sha256(p) for p in files}}.items()))}
-    (bundle_dir / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
 
 
 def copy_tokenizer(tokenizer: dict[str, Path], vocab: dict[str, int] | None, bundle_dir: Path) -> dict[str, Any]:
@@ -197,7 +188,7 @@ def write_bundle(
             "scores": scores or [],
             "provenance": {"exported": _dt.date.today().isoformat(), **(provenance or {})},
         }
-        write_manifest(tmp, manifest)
+        Manifest(manifest).write_with_checksums(tmp)
         if "int8" in variants:
             add_int8(tmp)  # derived from the fast graphs, the manifest written again with them
         if check is not None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +17,8 @@ from model.export.weights import load_state_dict
 from model.transformer import greedy_decode
 from service.decoding import DecodeRequest, decode
 from service.runtime.bundle import load_bundle
-from service.runtime.runner import Runner
+from service.runtime.manifest import MANIFEST, Manifest
+from service.runtime.runner import open_runner
 from tests.bundles import tiny_model, write_fixtures
 from tests.conftest import FIXTURES, TINY, TINY_INT8
 from tests.model.export.shapes import CONFIGS, sources
@@ -35,7 +35,7 @@ def test_onnx_matches_pytorch(name: str, spm: Path, tmp_path: Path) -> None:
 
     # Greedy decoding through the step graph (the service's decoder) gives PyTorch's tokens, and the attention
     # rows it collected step by step equal a teacher-forced pass.
-    runner = Runner(load_bundle(bundle_dir), "cpu")
+    runner = open_runner(load_bundle(bundle_dir), "cpu")
     srcs = sources(model)
     results = decode(runner, [DecodeRequest(src=s, max_length=12, attention=True) for s in srcs])
     S = max(map(len, srcs))
@@ -76,23 +76,23 @@ def test_export_refuses_to_overwrite(spm: Path, tmp_path: Path) -> None:
     export_bundle(model, tmp_path / "b", force=True, **kwargs)  # type: ignore[arg-type]
     (tmp_path / "made").mkdir()
     assert (tmp_path / "b").stat().st_mode == (tmp_path / "made").stat().st_mode  # not a temporary directory's 0700
-    manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
-    assert set(manifest["sha256"]) == {"encoder.onnx", "decoder.onnx", "decoder.fast.onnx", "decoder.forced.onnx",
+    manifest = Manifest.read(tmp_path / "b")
+    assert set(manifest.sha256) == {"encoder.onnx", "decoder.onnx", "decoder.fast.onnx", "decoder.forced.onnx",
                                        "decoder.device.onnx", "spm.model", "weights.bin"}  # fmt: skip
-    assert manifest["format"] == "attnserve-bundle/4"
+    assert manifest.format == "attnserve-bundle/4"
 
 
 def test_the_committed_tiny_bundles_are_what_the_exporter_writes(tmp_path: Path) -> None:
     write_fixtures(tmp_path / "out", tmp_path / "work")
     for name in (TINY, TINY_INT8):
-        got, want = (json.loads((d / name / "manifest.json").read_text()) for d in (tmp_path / "out", FIXTURES))
+        got, want = (Manifest.read(d / name).data for d in (tmp_path / "out", FIXTURES))
         for manifest in (got, want):
             del manifest["provenance"]["exported"]
         # sha256 covers every graph and the tokenizer, so equal manifests mean equal files
         assert got == want, f"tests/fixtures/{name} is out of date: python -m tests.bundles"
         derived = set(want.get("derived", {}))  # written on first load, never committed (.gitignore)
         shipped = {p.name for p in (FIXTURES / name).iterdir()} - derived
-        assert shipped == {"manifest.json", *want["sha256"]} - derived
+        assert shipped == {MANIFEST, *want["sha256"]} - derived
 
 
 def test_export_checkpoint_stores_float16(spm: Path, tmp_path: Path) -> None:

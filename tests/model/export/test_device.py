@@ -3,7 +3,6 @@ variant): PyTorch's step in standard operators, added to a bundle from its own w
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -13,15 +12,16 @@ import pytest
 from onnx import TensorProto
 
 from model.export.build import export_device_decoder
-from model.export.bundle import DEVICE, add_device, write_manifest
+from model.export.bundle import DEVICE, add_device
 from model.export.check import FLOAT16_TOLERANCE, TOLERANCE
 from model.export.names import device_decoder_inputs, device_decoder_outputs
 from model.export.quantize import DEVICE_FLOAT16, add_float16
 from model.export.reexport import export_from_bundle
 from model.export.store import WEIGHTS
 from service.decoding import DecodeRequest, decode
-from service.runtime.bundle import load_bundle, sha256
-from service.runtime.runner import Runner
+from service.runtime.bundle import load_bundle
+from service.runtime.manifest import MANIFEST, Manifest, sha256
+from service.runtime.runner import open_runner
 from tests.bundles import SENTENCES, tiny_model
 from tests.conftest import FIXTURES, TINY, TINY_INT8
 from tests.model.export.shapes import CONFIGS
@@ -52,10 +52,10 @@ def test_device_decoder_matches_pytorch_in_standard_operators(name: str, tmp_pat
 def without_device(source: Path, tmp_path: Path) -> Path:
     """A copy of a bundle as exported before the device decoder."""
     bundle = Path(shutil.copytree(source, tmp_path / "bundle"))
-    manifest = json.loads((bundle / "manifest.json").read_text())
-    del manifest["graphs"]["device_decoder"], manifest["graph_forms"][DEVICE], manifest["sha256"][DEVICE]
+    manifest = Manifest.read(bundle)
+    del manifest.graphs["device_decoder"], manifest.graph_forms[DEVICE]
     (bundle / DEVICE).unlink()
-    write_manifest(bundle, manifest)
+    manifest.write_with_checksums(bundle)
     return bundle
 
 
@@ -67,19 +67,19 @@ def test_add_device_keeps_every_other_file(store: str, tmp_path: Path) -> None:
     if store == "float16":
         source = export_from_bundle(FIXTURES / TINY_INT8, tmp_path / "float16", float16=True)
     bundle = without_device(source, tmp_path)
-    before = {p.name: sha256(p) for p in bundle.iterdir() if p.name != "manifest.json"}
+    before = {p.name: sha256(p) for p in bundle.iterdir() if p.name != MANIFEST}
 
     assert add_device(bundle) == (bundle / WEIGHTS).stat().st_size
 
-    after = {p.name: sha256(p) for p in bundle.iterdir() if p.name != "manifest.json"}
+    after = {p.name: sha256(p) for p in bundle.iterdir() if p.name != MANIFEST}
     assert {k: v for k, v in after.items() if k != DEVICE} == before
     loaded = load_bundle(bundle)  # every sha256 verified, the derived int8 graphs' too
     assert loaded.form("device_decoder").candidates
     if store == "float32":  # as the exporter writes it
         assert after[DEVICE] == sha256(FIXTURES / TINY / DEVICE)
     requests = [DecodeRequest(src=loaded.tokenizer.encode_source(t), beam_size=2, max_length=8) for t in SENTENCES]
-    exact = decode(Runner(loaded, "cpu"), requests)
-    device = decode(Runner(loaded, "cpu", device_decoder=True), requests)
+    exact = decode(open_runner(loaded, "cpu"), requests)
+    device = decode(open_runner(loaded, "cpu", role="device_decoder"), requests)
     assert [r.hypotheses[0].tokens for r in device] == [r.hypotheses[0].tokens for r in exact]
 
 
@@ -92,11 +92,11 @@ def test_the_float16_variant_decodes_on_float16_caches(tmp_path: Path) -> None:
     assert (bundle / WEIGHTS).stat().st_size == size  # each float16 weight stored once already
     loaded = load_bundle(bundle)
     assert loaded.graph("device_decoder", "float16").name == DEVICE_FLOAT16
-    half = Runner(loaded, "cpu", variant="float16", device_decoder=True)
+    half = open_runner(loaded, "cpu", variant="float16", role="device_decoder")
     assert half.form.candidates and half.tensors.empty((1, 1, 1, 1)).data_type() == "tensor(float16)"
     requests = [DecodeRequest(src=loaded.tokenizer.encode_source(t), beam_size=b, max_length=6)
                 for t in SENTENCES[:6] for b in (1, 3)]  # fmt: skip
-    exact, approx = decode(Runner(loaded, "cpu"), requests), decode(half, requests)
+    exact, approx = decode(open_runner(loaded, "cpu"), requests), decode(half, requests)
     same = [a.hypotheses[0].tokens == b.hypotheses[0].tokens for a, b in zip(exact, approx, strict=True)]
     assert sum(same) >= len(same) - 1  # float16 may break a near tie
     for a, b in zip(exact, approx, strict=True):

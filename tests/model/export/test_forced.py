@@ -3,7 +3,6 @@ step by step, and adding it to a bundle keeps every other file's bytes."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -12,13 +11,14 @@ import pytest
 import torch
 
 from model.export.build import export_forced_decoder
-from model.export.bundle import FORCED, add_forced, write_manifest
+from model.export.bundle import FORCED, add_forced
 from model.export.check import TOLERANCE, stepped_cross_attention
 from model.export.examples import forced_example
 from model.export.names import FORCED_OUTPUTS, forced_inputs
 from model.export.store import WEIGHTS, store_weights_once
-from service.runtime.bundle import load_bundle, sha256
+from service.runtime.bundle import load_bundle
 from service.runtime.kernels import kernel_session
+from service.runtime.manifest import MANIFEST, Manifest, sha256
 from tests.bundles import make_tiny_bundle, tiny_model
 from tests.model.export.shapes import CONFIGS
 
@@ -46,11 +46,11 @@ def test_forced_cross_attention_equals_pytorch_stepping(name: str, tmp_path: Pat
 
 def test_forced_graph_holds_no_weight_of_its_own(tmp_path: Path) -> None:
     bundle = make_tiny_bundle(tmp_path / "bundle", tmp_path / "work")
-    manifest = json.loads((bundle / "manifest.json").read_text())
-    assert manifest["graphs"]["forced_decoder"] == FORCED
-    assert manifest["graph_forms"][FORCED] == {"role": "forced", "attentions": True}
+    manifest = Manifest.read(bundle)
+    assert manifest.graphs["forced_decoder"] == FORCED
+    assert manifest.graph_forms[FORCED] == {"role": "forced", "attentions": True}
     with_forced = (bundle / WEIGHTS).stat().st_size
-    others = [g for g in manifest["graphs"].values() if isinstance(g, str) and g != FORCED]
+    others = [g for g in manifest.graph_files if g != FORCED]
     assert store_weights_once(bundle, others) == with_forced
     graph = onnx.load(str(bundle / FORCED), load_external_data=False).graph
     external = [t for t in graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
@@ -59,18 +59,17 @@ def test_forced_graph_holds_no_weight_of_its_own(tmp_path: Path) -> None:
 
 def test_add_forced_keeps_every_other_file(tmp_path: Path) -> None:
     bundle = make_tiny_bundle(tmp_path / "bundle", tmp_path / "work")
-    manifest = json.loads((bundle / "manifest.json").read_text())
-    del manifest["graphs"]["forced_decoder"], manifest["graph_forms"][FORCED]
+    manifest = Manifest.read(bundle)
+    del manifest.graphs["forced_decoder"], manifest.graph_forms[FORCED]
     (bundle / FORCED).unlink()
-    others = [g for g in manifest["graphs"].values() if isinstance(g, str)]
-    store_weights_once(bundle, others)  # the bundle as an export without the forced decoder writes it
-    write_manifest(bundle, manifest)
+    store_weights_once(bundle, manifest.graph_files)  # the bundle as an export without the forced decoder writes it
+    manifest.write_with_checksums(bundle)
     assert not load_bundle(bundle).has_graph("forced_decoder")
-    before = {p.name: sha256(p) for p in bundle.iterdir() if p.name != "manifest.json"}
+    before = {p.name: sha256(p) for p in bundle.iterdir() if p.name != MANIFEST}
 
     add_forced(bundle)
 
-    after = {p.name: sha256(p) for p in bundle.iterdir() if p.name != "manifest.json"}
+    after = {p.name: sha256(p) for p in bundle.iterdir() if p.name != MANIFEST}
     assert {k: v for k, v in after.items() if k != FORCED} == before
     loaded = load_bundle(bundle)  # every sha256 verified
     assert loaded.has_graph("forced_decoder")

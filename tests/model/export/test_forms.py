@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import onnx
 
 from model.export.quantize import add_float16, add_int8
+from service.runtime.manifest import Manifest
 from tests.bundles import make_tiny_bundle
 
 
@@ -53,8 +53,8 @@ def test_every_graph_has_a_form_that_agrees_with_it(tmp_path: Path) -> None:
     bundle = make_tiny_bundle(tmp_path / "bundle", tmp_path / "work")
     add_int8(bundle)
     add_float16(bundle)
-    manifest = json.loads((bundle / "manifest.json").read_text())
-    files = graph_files(manifest["graphs"])
+    manifest = Manifest.read(bundle)
+    files = graph_files(manifest.graphs)
     assert files == {
         "encoder.onnx",
         "decoder.onnx",
@@ -67,8 +67,8 @@ def test_every_graph_has_a_form_that_agrees_with_it(tmp_path: Path) -> None:
         "decoder.float16.onnx",
         "decoder.device.float16.onnx",
     }
-    assert set(manifest["graph_forms"]) == files
+    assert set(manifest.graph_forms) == files
     for name in sorted(files):
-        assert manifest["graph_forms"][name] == form_of(bundle / name), name
-    assert manifest["graph_forms"]["decoder.fast.onnx"]["greedy_tokens"] is True
-    assert manifest["graph_forms"]["decoder.int8.onnx"]["grouped_cross"] is True
+        assert manifest.graph_forms[name] == form_of(bundle / name), name
+    assert manifest.graph_forms["decoder.fast.onnx"]["greedy_tokens"] is True
+    assert manifest.graph_forms["decoder.int8.onnx"]["grouped_cross"] is True

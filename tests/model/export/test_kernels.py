@@ -162,3 +162,37 @@ def test_greedy_tokens_are_the_float32_argmax(tmp_path: Path, biased: bool) -> N
     if biased:
         assert 3 not in got
     assert session.run(["tokens"], {"h": h[:0]})[0].shape == (0,)
+
+
+@pytest.mark.parametrize("d", [48, 13])
+def test_greedy_tokens_where_the_screen_gives_up_are_the_float32_argmax(tmp_path: Path, d: int) -> None:
+    """A projection whose rows are one shared direction plus a small spread (a model unsure of the next token): the
+    screen's error bound admits most of the vocabulary, so the rows get every token's float32 logit, tiles of rows
+    and tokens at a time. Rows and tokens not multiples of a tile, a vocabulary across several chunks, d not a
+    multiple of a vector; padding, the first of equal logits and a -inf bias as in the screen's path."""
+    rng = np.random.default_rng(1)
+    V, pad = 2_051, 2_050
+    W = (rng.standard_normal(d) + 0.05 * rng.standard_normal((V, d))).astype(np.float32)
+    bias = (0.01 * rng.standard_normal(V)).astype(np.float32)
+    bias[pad], bias[4] = 5.0, -np.inf
+    h = rng.standard_normal((7, d)).astype(np.float32)
+    twin = int((h[3] @ W[:-2].T + bias[:-2]).argmax())  # row 3's token, given a twin last but one: the first wins
+    W[-2], bias[-2] = W[twin], bias[twin]
+    # The premise: the screen's bound (service/runtime/_attention.c) admits more than half the tokens of each row.
+    w_scale, h_scale = np.abs(W).max() / 63, np.abs(h).max(axis=1, keepdims=True) / 127
+    h_int = np.rint(h / h_scale)
+    approx = h_int @ np.rint(W / w_scale).T * h_scale * w_scale
+    e = h_scale * np.abs(W).sum(axis=1).max() + w_scale / 2 * np.abs(h_int * h_scale).sum(axis=1, keepdims=True)
+    spread = np.ptp(bias[np.isfinite(bias)])
+    assert (approx >= approx.max(axis=1, keepdims=True) - 2 * e - spread).mean(axis=1).min() > 0.5
+    path = tmp_path / "greedy.onnx"
+    weights = {"src_embed.lut.weight": W, "generator.final_logits_bias": bias}
+    g = kernel_graph(path, 1, d, {"h": (FLOAT, 2)}, {"h": {0: "rows", 1: "d"}, "tokens": {0: "rows"}}, weights,
+                     vocab_size=V, pad_id=pad, decoder_start_id=pad, final_logits_bias=True)  # fmt: skip
+    g.output(greedy_tokens(g, "h"), "tokens", INT64, [None])
+    onnx.save(g.model("greedy"), str(path))
+    got = kernel_session(path).run(["tokens"], {"h": h})[0]
+    logits = (h[:, None, :] * W[None]).sum(axis=2, dtype=np.float64) + bias
+    logits[:, pad] = -np.inf
+    np.testing.assert_array_equal(got, logits.argmax(axis=1))
+    assert got[3] == twin and 4 not in got and pad not in got

@@ -11,7 +11,7 @@ from model.export.bundle import export_bundle
 from model.export.quantize import add_float16, add_int8
 from service.decoding import DecodeRequest, decode
 from service.runtime.bundle import load_bundle
-from service.runtime.runner import Runner
+from service.runtime.runner import open_runner
 from tests.bundles import tiny_model
 
 
@@ -23,8 +23,8 @@ def test_int8_variant(spm: Path, tmp_path: Path) -> None:
     bundle = load_bundle(bundle_dir)  # checks every file's sha256, the int8 graphs' included
     assert bundle.variants == ["float32", "int8"]
     src = bundle.tokenizer.encode_source("Open file")
-    exact = decode(Runner(bundle, "cpu"), [DecodeRequest(src=src, max_length=6)])[0]
-    int8 = Runner(bundle, "cpu", variant="int8")
+    exact = decode(open_runner(bundle, "cpu"), [DecodeRequest(src=src, max_length=6)])[0]
+    int8 = open_runner(bundle, "cpu", variant="int8")
     assert not int8.attention  # the fused encoder and decoder have no attention outputs
     assert int8.encode(*(np.array([x]) for x in (src, [1] * len(src), range(len(src))))).attentions is None
     approx = decode(int8, [DecodeRequest(src=src, max_length=6)])[0]
@@ -44,8 +44,8 @@ def test_float16_variant(spm: Path, tmp_path: Path) -> None:
     assert all(o.type.tensor_type.elem_type != onnx.TensorProto.FLOAT16 for o in graph.output)  # float32 outside
     src = bundle.tokenizer.encode_source("Open file")
     request = DecodeRequest(src=src, max_length=6, attention=True)
-    exact = decode(Runner(bundle, "cpu"), [request])[0].hypotheses[0]
-    half = Runner(bundle, "cpu", variant="float16")
+    exact = decode(open_runner(bundle, "cpu"), [request])[0].hypotheses[0]
+    half = open_runner(bundle, "cpu", variant="float16")
     assert half.attention  # the exact graphs, converted: attention outputs included
     approx = decode(half, [request])[0].hypotheses[0]
     assert approx.tokens == exact.tokens

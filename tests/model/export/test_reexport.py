@@ -3,7 +3,6 @@ variant and manifest field kept, the int8 graphs derived from the float16-stored
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -19,7 +18,8 @@ from model.export.store import WEIGHTS
 from model.export.weights import load_model, load_state_dict
 from service.decoding import DecodeRequest, decode
 from service.runtime.bundle import load_bundle
-from service.runtime.runner import Runner
+from service.runtime.manifest import Manifest
+from service.runtime.runner import open_runner
 from service.serving.confidence import FEATURES
 from tests.bundles import SENTENCES
 from tests.conftest import FIXTURES, TINY_INT8
@@ -45,10 +45,11 @@ SCORE = {"metric": "chrF", "value": 12.5, "decoding": "greedy", "test_set": "t",
 def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny int8 bundle (float32-stored) with scores, a calibration, model languages and a source suffix."""
     path = Path(shutil.copytree(FIXTURES / TINY_INT8, tmp_path_factory.mktemp("source") / "bundle"))
-    manifest = json.loads((path / "manifest.json").read_text())
-    manifest["tokenizer"]["source_suffix"] = [manifest["model"]["eos_id"]]
-    manifest.update(model_languages={"source": "eng", "target": "jpn"}, calibration=CALIBRATION, scores=[SCORE])
-    (path / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    manifest = Manifest.read(path)
+    manifest.tokenizer["source_suffix"] = [manifest.model["eos_id"]]
+    manifest.data["model_languages"] = {"source": "eng", "target": "jpn"}
+    manifest.calibration, manifest.scores = CALIBRATION, [SCORE]
+    manifest.write(path)
     load_bundle(path)  # derives its int8 graphs
     return path
 
@@ -69,7 +70,11 @@ def tokens(bundle_dir: Path) -> list[list[int]]:
     bundle = load_bundle(bundle_dir)
     sources = [bundle.tokenizer.encode_source(s) for s in SENTENCES]
     out = []
-    for runner in (Runner(bundle, "cpu"), Runner(bundle, "cpu", fast=True), Runner(bundle, "cpu", variant="int8")):
+    for runner in (
+        open_runner(bundle, "cpu"),
+        open_runner(bundle, "cpu", role="fast_decoder"),
+        open_runner(bundle, "cpu", variant="int8"),
+    ):
         for beam in (1, 4):
             results = decode(runner, [DecodeRequest(src=s, beam_size=beam, max_length=12) for s in sources])
             out += [r.hypotheses[0].tokens for r in results]
@@ -77,7 +82,7 @@ def tokens(bundle_dir: Path) -> list[list[int]]:
 
 
 def test_every_manifest_field_is_kept(source: Path, restored: Path) -> None:
-    before, after = (json.loads((p / "manifest.json").read_text()) for p in (source, restored))
+    before, after = (Manifest.read(p).data for p in (source, restored))
     assert after.keys() == before.keys()
     stored = ("sha256", "weights", "provenance", "derived")
     assert {k: v for k, v in after.items() if k not in stored} == {k: v for k, v in before.items() if k not in stored}
@@ -117,8 +122,7 @@ def test_the_int8_graphs_derive_again_from_the_float16_stored_fast_graphs(restor
 def test_tokens_are_a_float32_export_of_the_same_float16_values(source: Path, restored: Path, tmp_path: Path) -> None:
     """Storage changes nothing but the values: every graph of the float16-stored bundle, int8 included, decodes as
     a float32-stored bundle of the rounded weights does."""
-    manifest = json.loads((source / "manifest.json").read_text())
-    spm = source / manifest["tokenizer"]["source"]
+    spm = source / Manifest.read(source).tokenizer["source"]
     same = export_bundle(round_to_float16(load_model(source)).eval(), tmp_path / "f32", name="t", source_lang="en",
                          target_lang="ja", tokenizer={"source": spm, "target": spm})  # fmt: skip
     assert main(["export", str(same), str(same), "--force", "--int8"]) == 0  # the CLI adds int8, keeps float32
@@ -139,4 +143,4 @@ def test_in_place_only_with_force_and_back_to_float32(source: Path, tmp_path: Pa
     assert external_types(tmp_path / "back" / "decoder.onnx") == {TensorProto.FLOAT}
     _, back = load_state_dict(tmp_path / "back")
     assert all(torch.equal(back[k], half[k]) for k in half)
-    assert json.loads((tmp_path / "back" / "manifest.json").read_text())["calibration"] == CALIBRATION
+    assert Manifest.read(tmp_path / "back").calibration == CALIBRATION

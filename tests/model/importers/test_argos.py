@@ -4,7 +4,6 @@ and an OPUS-MT-style one."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,8 @@ from model.importers.argos import read_vocabulary
 from service.cli.main import main
 from service.decoding import DecodeRequest, decode
 from service.runtime.bundle import Bundle, load_bundle
-from service.runtime.runner import Runner
+from service.runtime.manifest import Manifest
+from service.runtime.runner import open_runner
 from service.serving.engine import Engine
 from service.serving.translation import Options
 from service.settings import Settings
@@ -47,7 +47,7 @@ def ours(bundle: Bundle, batch: list[str], beam: int, fast: bool = False, varian
         for t in batch
     ]
     eos = bundle.spec.eos_id
-    results = decode(Runner(bundle, "cpu", variant=variant, fast=fast), requests)
+    results = decode(open_runner(bundle, "cpu", variant=variant, role="fast_decoder" if fast else "decoder"), requests)
     return [tok.pieces([i for i in r.hypotheses[0].tokens if i != eos]) for r in results]
 
 
@@ -79,15 +79,15 @@ def test_opennmt_py_package_matches_ctranslate2(
 ) -> None:
     package = onmt_package(tmp_path, spm, quantization, config)
     assert main(["import-argos", str(package), str(tmp_path / "bundle")]) == 0
-    manifest = json.loads((tmp_path / "bundle" / "manifest.json").read_text())
-    assert (manifest["source_lang"], manifest["target_lang"]) == ("en", "ja")
-    assert manifest["model"]["normalize_before"] and manifest["model"]["position_table"] == "weights"
-    assert (quantization or "float32") in manifest["provenance"]["ctranslate2"]["weights"]
-    assert "int8" in manifest["graphs"]  # derived from the float32 weights on first load
-    assert manifest.get("default_variant", "float32") == ("int8" if quantization == "int8" else "float32")
+    manifest = Manifest.read(tmp_path / "bundle")
+    assert (manifest.source_lang, manifest.target_lang) == ("en", "ja")
+    assert manifest.model["normalize_before"] and manifest.model["position_table"] == "weights"
+    assert (quantization or "float32") in manifest.provenance["ctranslate2"]["weights"]
+    assert "int8" in manifest.variants  # derived from the float32 weights on first load
+    assert manifest.default_variant == ("int8" if quantization == "int8" else "float32")
     bos = [2] if config.get("add_source_bos") else []  # <s> and </s> in OpenNMT-py's vocabulary
     eos = [3] if config.get("add_source_eos") else []
-    assert (manifest["tokenizer"]["source_prefix"], manifest["tokenizer"]["source_suffix"]) == (bos, eos)
+    assert (manifest.tokenizer["source_prefix"], manifest.tokenizer["source_suffix"]) == (bos, eos)
     assert_parity(package, tmp_path / "bundle")
 
 
@@ -95,9 +95,9 @@ def test_opus_mt_package_matches_ctranslate2(tmp_path: Path, spm: Path) -> None:
     package = marian_package(tmp_path, random_marian(tmp_path / "hf", spm), spm, {})
     archive = zip_package(package, tmp_path / "en_ja.argosmodel")
     assert main(["import-argos", str(archive), str(tmp_path / "bundle")]) == 0
-    manifest = json.loads((tmp_path / "bundle" / "manifest.json").read_text())
-    assert not manifest["model"]["normalize_before"]
-    assert manifest["model"]["decoder_start_id"] == manifest["model"]["pad_id"]  # a zero embedding, as CTranslate2
+    model = Manifest.read(tmp_path / "bundle").model
+    assert not model["normalize_before"]
+    assert model["decoder_start_id"] == model["pad_id"]  # a zero embedding, as CTranslate2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle", "ct2", "en_ja.argosmodel", "hf", "package"]
     assert_parity(package, tmp_path / "bundle")
 
@@ -107,8 +107,8 @@ def test_a_target_prefix_is_forced_and_left_out_as_argos_translate_does(tmp_path
     forces it, exact graphs and fast decoder alike, and answers CTranslate2's tokens after it."""
     package = onmt_package(tmp_path, spm, None, {}, seed=3, target_prefix="__ja__")
     assert main(["import-argos", str(package), str(tmp_path / "bundle")]) == 0
-    manifest = json.loads((tmp_path / "bundle" / "manifest.json").read_text())
-    assert manifest["tokenizer"]["target_prefix"] == [read_vocabulary(package / "model").index("__ja__")]
+    prefix = Manifest.read(tmp_path / "bundle").tokenizer["target_prefix"]
+    assert prefix == [read_vocabulary(package / "model").index("__ja__")]
     assert_parity(package, tmp_path / "bundle", runners=(False, True))
 
 

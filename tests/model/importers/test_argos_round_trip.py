@@ -14,7 +14,7 @@ import pytest
 from service.cli.main import main
 from service.decoding import DecodeRequest, decode
 from service.runtime.bundle import Bundle, load_bundle
-from service.runtime.runner import Runner
+from service.runtime.runner import open_runner
 from service.serving.engine import Engine
 from service.serving.translation import Options
 from service.settings import Settings
@@ -45,7 +45,7 @@ def pieces(bundle: Bundle, batch: list[str], beam: int, variant: str, fast: bool
         DecodeRequest(src=tok.encode_source(t), beam_size=beam, max_length=MAX_LENGTH, prefix=tok.target_prefix)
         for t in batch
     ]
-    results = decode(Runner(bundle, "cpu", variant=variant, fast=fast), requests)
+    results = decode(open_runner(bundle, "cpu", variant=variant, role="fast_decoder" if fast else "decoder"), requests)
     return [tok.pieces(r.hypotheses[0].tokens) for r in results]
 
 

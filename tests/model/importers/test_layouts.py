@@ -19,7 +19,7 @@ from transformers import MarianMTModel, MarianTokenizer
 from service.cli.main import main
 from service.decoding import DecodeRequest, decode
 from service.runtime.bundle import load_bundle
-from service.runtime.runner import Runner
+from service.runtime.runner import open_runner
 from service.settings import Settings
 from tests.bundles import tiny_spm
 from tests.model.importers.checkpoints import TC_BIG, Layout, random_marian
@@ -105,7 +105,7 @@ def test_parity_with_transformers(name: str, imported: dict[str, tuple[Path, Pat
     hf_dir, bundle_dir = imported[name]
     model, tok = hf_model(hf_dir), MarianTokenizer.from_pretrained(hf_dir)
     bundle = load_bundle(bundle_dir)
-    exact = Runner(bundle, "cpu")
+    exact = open_runner(bundle, "cpu")
     texts = asked(name, bundle_dir)
     sources = [[*bundle.targets[t], *bundle.tokenizer.encode_source(text)] for t, text in zip(
         [t for t, _ in texts], TEXTS, strict=True)]  # fmt: skip

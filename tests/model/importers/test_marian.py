@@ -15,7 +15,7 @@ from transformers import MarianConfig, MarianMTModel, MarianTokenizer
 from service.cli.main import main
 from service.decoding import DecodeRequest, DecodeResult, decode
 from service.runtime.bundle import load_bundle
-from service.runtime.runner import Runner
+from service.runtime.runner import open_runner
 from tests.bundles import SENTENCES, make_tiny_bundle, tiny_spm
 
 TEXTS = ["Open file", "Delete the selected files?", "Settings", "The file {0} already exists. Replace it?"]
@@ -87,7 +87,7 @@ def hf_outputs(hf_dir: Path, texts: list[str]) -> tuple[list[list[int]], list[di
 def bundle_outputs(bundle_dir: Path, texts: list[str]) -> list[DecodeResult]:
     bundle = load_bundle(bundle_dir)
     requests = [DecodeRequest(src=bundle.tokenizer.encode_source(t), max_length=MAX_NEW, attention=True) for t in texts]
-    return decode(Runner(bundle, "cpu"), requests)
+    return decode(open_runner(bundle, "cpu"), requests)
 
 
 def assert_same(results: list[DecodeResult], tokens: list[list[int]], attentions: list[dict[str, np.ndarray]]) -> None:
@@ -150,7 +150,7 @@ def test_repetition_penalties_match_transformers(work: Path, penalty: float, ngr
         )
         for t in TEXTS
     ]  # fmt: skip
-    runner = Runner(bundle, "cpu")
+    runner = open_runner(bundle, "cpu")
     ours = [r.hypotheses[0].tokens for r in decode(runner, requests)]
     unpenalized = [DecodeRequest(r.src, max_length=MAX_NEW) for r in requests]
     plain = [r.hypotheses[0].tokens for r in decode(runner, unpenalized)]

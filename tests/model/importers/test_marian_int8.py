@@ -11,7 +11,7 @@ import sentencepiece
 from service.cli.main import main
 from service.decoding import DecodeRequest, decode
 from service.runtime.bundle import Bundle, load_bundle
-from service.runtime.runner import Runner
+from service.runtime.runner import open_runner
 from tests.bundles import tiny_spm
 from tests.model.importers.argos_packages import texts
 from tests.model.importers.test_marian import random_marian
@@ -28,7 +28,10 @@ def agreement(a: list[list[str]], b: list[list[str]]) -> float:
 
 def ours(bundle: Bundle, batch: list[str], variant: str) -> list[list[str]]:
     requests = [DecodeRequest(src=bundle.tokenizer.encode_source(t), beam_size=1, max_length=MAX_LENGTH) for t in batch]
-    results = decode(Runner(bundle, "cpu", variant=variant, fast=variant == "float32"), requests)
+    results = decode(
+        open_runner(bundle, "cpu", variant=variant, role="fast_decoder" if variant == "float32" else "decoder"),
+        requests,
+    )
     return [bundle.tokenizer.pieces(r.hypotheses[0].tokens) for r in results]
 
 

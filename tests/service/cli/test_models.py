@@ -13,6 +13,8 @@ import pytest
 
 from service.cli.main import main
 from service.cli.models import origin, parameters
+from service.runtime.manifest import Manifest
+from service.serving.catalog import loaded_bytes
 from tests.conftest import FIXTURES, TINY_INT8
 from tests.service.pair_bundles import pair_bundle
 
@@ -44,6 +46,7 @@ def test_json_describes_every_bundle_and_the_pivot_pairs(bundles: list[Path], ca
     assert en_ja["variants"] == {"float32": "shipped", "int8": "not derived yet"}
     files = [f for f in Path(ja_en["path"]).iterdir() if f.name != "manifest.json"]
     assert ja_en["disk_bytes"] == sum(f.stat().st_size for f in files)
+    assert ja_en["loaded_bytes"] == loaded_bytes(Path(ja_en["path"]), Manifest.read(Path(ja_en["path"])), "float32")
     assert out["pivots"] == [["ja", "en", "de"]]
 
 
@@ -56,6 +59,22 @@ def test_the_table_has_a_line_a_bundle_and_the_pivot_pairs(bundles: list[Path], 
     assert lines[-1].strip() == "ja→de via en (ja→en, en→de)"
 
 
+def test_loaded_is_the_served_variants_and_unknown_until_it_is_derived(
+    bundles: list[Path], capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ATTNSERVE_GRAPH_VARIANT", "int8")
+    assert main(run(bundles[2:], "--json")) == 0
+    (en_ja,) = json.loads(capsys.readouterr().out)["bundles"]
+    assert en_ja["serves"] == "int8" and en_ja["loaded_bytes"] is None
+    assert main(["derive", str(bundles[2])]) == 0
+    capsys.readouterr()
+    assert main(run(bundles[2:], "--json")) == 0
+    (en_ja,) = json.loads(capsys.readouterr().out)["bundles"]
+    assert en_ja["loaded_bytes"] == loaded_bytes(bundles[2], Manifest.read(bundles[2]), "int8")
+    assert main(run(bundles[2:])) == 0
+    assert f"{en_ja['loaded_bytes'] / (1 << 20):.1f} MiB" in capsys.readouterr().out.splitlines()[1]
+
+
 def test_an_unreadable_bundle_is_one_line_and_code_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert main(run([tmp_path])) == 2
     err = capsys.readouterr().err
@@ -65,7 +84,7 @@ def test_an_unreadable_bundle_is_one_line_and_code_2(tmp_path: Path, capsys: pyt
 def test_parameters_are_the_models(tiny_bundle: Path) -> None:
     """The count from the manifest's config is what PyTorch counts, for each switch that changes it."""
     torch_model = pytest.importorskip("model.transformer")
-    config = json.loads((tiny_bundle / "manifest.json").read_text())["model"]
+    config = Manifest.read(tiny_bundle).model
     for change in ({}, {"tie_embeddings": False}, {"normalize_before": True}):
         c = {**config, **change}
         model = torch_model.make_model(torch_model.TransformerConfig(**c))
@@ -94,12 +113,13 @@ def test_each_bundle_shows_the_variant_it_serves(
     bundles: list[Path], capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Its manifest's default (float32 where none is recorded), or ``ATTNSERVE_GRAPH_VARIANT`` for every bundle."""
-    manifest = json.loads((bundles[2] / "manifest.json").read_text())
-    (bundles[2] / "manifest.json").write_text(json.dumps(manifest | {"default_variant": "int8"}))
+    manifest = Manifest.read(bundles[2])
+    manifest.default_variant = "int8"
+    manifest.write(bundles[2])
     assert main(run(bundles, "--json")) == 0
     assert [b["serves"] for b in json.loads(capsys.readouterr().out)["bundles"]] == ["float32", "float32", "int8"]
     assert main(run(bundles)) == 0
-    assert capsys.readouterr().out.splitlines()[0].split()[5:7] == ["variants", "serves"]
+    assert capsys.readouterr().out.splitlines()[0].split()[3:8] == ["disk", "loaded", "precision", "variants", "serves"]
     monkeypatch.setenv("ATTNSERVE_GRAPH_VARIANT", "float32")
     assert main(run(bundles, "--json")) == 0
     assert {b["serves"] for b in json.loads(capsys.readouterr().out)["bundles"]} == {"float32"}

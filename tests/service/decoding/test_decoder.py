@@ -10,8 +10,7 @@ import pytest
 
 from service.decoding import BatchDecoder, DecodeRequest, DecodeResult, decode
 from service.runtime.bundle import GraphForm, ModelSpec
-from service.runtime.runner import Candidates, StepOutput
-from service.runtime.tensors import Cache
+from service.runtime.runner import Candidates, StepInput, StepOutput
 from tests.service.fake_runner import APPENDED, IN_PLACE, FakeRunner
 
 GATHERED = GraphForm("decoder", attentions=False, cache="gathered", candidates=True)  # as decoder.device.onnx
@@ -48,18 +47,11 @@ class PrefixModel(FakeRunner):
         super().__init__()
         self.form = form
 
-    def step(
-        self,
-        input_ids: np.ndarray,
-        position_ids: np.ndarray,
-        encoder_mask: np.ndarray,
-        self_mask: np.ndarray | None,
-        cross_keys: list[Cache],
-        cross_values: list[Cache],
-        past_keys: list[Cache],
-        past_values: list[Cache],
-        tokens: bool = False,  # never asked: no greedy tokens
-    ) -> StepOutput:
+    def step(self, step: StepInput) -> StepOutput:  # never asked for tokens: no greedy tokens
+        if self.form.candidates:
+            return self._candidates(step)
+        input_ids, position_ids, self_mask = step.input_ids, step.position_ids, step.self_attention_mask
+        cross_keys, past_keys, past_values = step.cross_keys, step.past_keys, step.past_values
         B = len(input_ids)
         self.step_rows.append(B)
         new = np.zeros((B, 2, 1, 2), np.float32)
@@ -71,7 +63,7 @@ class PrefixModel(FakeRunner):
         else:
             keys = np.concatenate([past_keys[0], new], axis=2)
             owned_slots = [np.flatnonzero(self_mask[b] == 1) for b in range(B)]
-        G = B // len(encoder_mask)  # rows a cross row serves
+        G = B // len(step.encoder_attention_mask)  # rows a cross row serves
         out = np.zeros((B, V), np.float32)
         for b in range(B):
             owned = keys[b, 0, owned_slots[b]]  # (t + 1, 2): start token, then the prefix, in position order
@@ -82,19 +74,15 @@ class PrefixModel(FakeRunner):
         T = keys.shape[2]
         return StepOutput(out, [keys], [keys.copy()], np.zeros((1, B, 2, T), np.float32), None)
 
-    def step_candidates(
-        self,
-        input_ids: np.ndarray,
-        position_ids: np.ndarray,
-        parent_rows: np.ndarray,
-        source_rows: np.ndarray,
-        encoder_mask: np.ndarray,
-        cross_keys: list[Cache],
-        cross_values: list[Cache],
-        past_keys: list[Cache],
-        past_values: list[Cache],
-        candidates: int,
-    ) -> StepOutput:
+    def _candidates(self, step: StepInput) -> StepOutput:
+        parent_rows, source_rows = step.parent_rows, step.source_rows
+        assert parent_rows is not None and source_rows is not None
+        input_ids, position_ids, cross_keys, past_keys = (
+            step.input_ids,
+            step.position_ids,
+            step.cross_keys,
+            step.past_keys,
+        )
         B = len(input_ids)
         self.step_rows.append(B)
         new = np.zeros((B, 2, 1, 2), np.float32)
@@ -105,7 +93,7 @@ class PrefixModel(FakeRunner):
             owned = keys[b, 0, keys.shape[2] - 1 - position_ids[b, 0] :]
             prefix = [int(t) for t in owned[np.argsort(owned[:, 1]), 0][1:]]
             out[b] = next_log_probs(int(cross_keys[0][source_rows[b], 0, 0, 0]), prefix)
-        tokens = np.argsort(-out, axis=1, kind="stable")[:, :candidates]  # the lower token first among equals
+        tokens = np.argsort(-out, axis=1, kind="stable")[:, : step.candidates]  # the lower token first among equals
         top = out.max(axis=1)
         log_norm = top + np.log(np.exp(out - top[:, None]).sum(axis=1))
         chosen = Candidates(tokens, np.take_along_axis(out, tokens, axis=1), log_norm.astype(np.float32))

@@ -5,10 +5,14 @@ from __future__ import annotations
 import gc
 from pathlib import Path
 
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
 from service.runtime.bundle import sha256
 from service.runtime.manifest import Manifest
 from service.serving.budget import MiB
-from service.serving.catalog import disk_bytes
+from service.serving.catalog import loaded_bytes
 from service.settings import Settings
 from tests.service.conftest import Server, ServerFactory
 from tests.service.pair_bundles import pair_bundle
@@ -31,12 +35,17 @@ def metric(text: str, name: str) -> float:
 
 
 def padded(bundle: Path, size: int) -> Path:
-    """``bundle`` with a checksummed file that brings its files to ``size`` bytes on disk: its footprint under
-    models_memory_mb, whatever the tiny bundle's own size."""
+    """``bundle`` with an unused initializer in its fast decoder that brings its loaded weights to ``size`` bytes:
+    its footprint under models_memory_mb, whatever the tiny bundle's own size."""
     manifest = Manifest.read(bundle)
-    (bundle / "padding.bin").write_bytes(bytes(size - disk_bytes(bundle, manifest)))
-    manifest.sha256["padding.bin"] = sha256(bundle / "padding.bin")
+    graph = bundle / "decoder.fast.onnx"
+    model = onnx.load(str(graph), load_external_data=False)
+    pad = np.zeros((size - loaded_bytes(bundle, manifest, "float32")) // 4, np.float32)
+    model.graph.initializer.append(numpy_helper.from_array(pad, "padding"))
+    onnx.save(model, str(graph))
+    manifest.sha256[graph.name] = sha256(graph)
     manifest.write(bundle)
+    assert loaded_bytes(bundle, manifest, "float32") == size
     return bundle
 
 

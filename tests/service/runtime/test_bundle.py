@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Any
 import pytest
 
 from service.runtime.bundle import BundleError, GraphForm, load_bundle
+from service.runtime.manifest import Manifest
 
 
 @pytest.fixture
@@ -39,17 +39,16 @@ def test_missing_file_and_missing_manifest(bundle_copy: Path, tmp_path: Path) ->
         load_bundle(tmp_path)
 
 
+def edit_manifest(bundle: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    manifest = Manifest.read(bundle)
+    change(manifest.data)
+    manifest.write(bundle)
+
+
 def test_unknown_format(bundle_copy: Path) -> None:
-    manifest = json.loads((bundle_copy / "manifest.json").read_text())
-    (bundle_copy / "manifest.json").write_text(json.dumps({**manifest, "format": "other/9"}))
+    edit_manifest(bundle_copy, lambda m: m.update(format="other/9"))
     with pytest.raises(BundleError, match="format 'other/9'"):
         load_bundle(bundle_copy)
-
-
-def write_manifest(bundle: Path, change: Callable[[dict[str, Any]], None]) -> None:
-    manifest = json.loads((bundle / "manifest.json").read_text())
-    change(manifest)
-    (bundle / "manifest.json").write_text(json.dumps(manifest))
 
 
 def test_graph_forms_are_read_into_typed_forms(bundle_copy: Path) -> None:
@@ -89,7 +88,7 @@ def test_graph_forms_are_read_into_typed_forms(bundle_copy: Path) -> None:
 def test_missing_or_mangled_graph_forms_fail_naming_the_entry(
     bundle_copy: Path, change: Callable[[dict[str, Any]], None], error: str
 ) -> None:
-    write_manifest(bundle_copy, change)
+    edit_manifest(bundle_copy, change)
     with pytest.raises(BundleError, match=error):
         load_bundle(bundle_copy)
 

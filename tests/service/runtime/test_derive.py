@@ -3,7 +3,6 @@ exporter's to the byte (the manifest's sha256), again on every run, and a bundle
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 import subprocess
@@ -17,8 +16,8 @@ from service.cli.main import main
 from service.decoding import DecodeRequest, decode
 from service.runtime.bundle import BundleError, load_bundle, sha256
 from service.runtime.derive import DeriveError, derive_missing, derived_entries
-from service.runtime.manifest import Manifest
-from service.runtime.runner import Runner
+from service.runtime.manifest import MANIFEST, Manifest
+from service.runtime.runner import open_runner
 from tests.service.process import REPO
 
 INT8 = ("encoder.int8.onnx", "decoder.int8.onnx")
@@ -75,7 +74,7 @@ def test_the_derived_graphs_decode(underived: Path) -> None:
         DecodeRequest(src=bundle.tokenizer.encode_source(t), beam_size=1, max_length=40)
         for t in ("Open file", "Settings")
     ]
-    for result in decode(Runner(bundle, "cpu", variant="int8"), requests):
+    for result in decode(open_runner(bundle, "cpu", variant="int8"), requests):
         tokens = result.hypotheses[0].tokens
         assert 0 < len(tokens) <= 40 and all(isinstance(t, int | np.integer) for t in tokens)
 
@@ -117,8 +116,8 @@ def test_a_malformed_derived_entry_is_refused(entry: object, underived: Path) ->
     manifest = manifest_of(underived)
     manifest.derived["encoder.int8.onnx"] = entry
     with pytest.raises(DeriveError, match=r"derived\['encoder\.int8\.onnx'\]: expected"):
-        derived_entries("manifest.json", manifest)
-    (underived / "manifest.json").write_text(json.dumps(manifest.data))
+        derived_entries(MANIFEST, manifest)
+    manifest.write(underived)
     with pytest.raises(BundleError, match=r"derived\['encoder\.int8\.onnx'\]"):
         load_bundle(underived)
 
@@ -156,7 +155,7 @@ def test_derive_gives_a_float32_bundle_its_int8_graphs(
     requests = [
         DecodeRequest(src=loaded.tokenizer.encode_source("Open file"), beam_size=b, max_length=12) for b in (1, 4)
     ]
-    for result in decode(Runner(loaded, "cpu", variant="int8"), requests):
+    for result in decode(open_runner(loaded, "cpu", variant="int8"), requests):
         assert 0 < len(result.hypotheses[0].tokens) <= 12
     assert main(["derive", str(bundle)]) == 0
     assert capsys.readouterr().out == (

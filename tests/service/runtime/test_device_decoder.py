@@ -4,7 +4,6 @@ beam search, batched or alone, through joins, holes, compaction, splits and ties
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -18,14 +17,15 @@ import pytest
 
 from service.decoding import BatchDecoder, DecodeRequest, DecodeResult, decode
 from service.decoding.gathered import GatheredCaches
-from service.runtime.bundle import Bundle, load_bundle, sha256
-from service.runtime.runner import Runner
+from service.runtime.bundle import Bundle, load_bundle
+from service.runtime.manifest import Manifest
+from service.runtime.runner import Runner, open_runner
 from service.runtime.tensors import DeviceTensors
 from tests.service.runtime.test_runner import SHIPPED, UI_STRINGS, assert_exact_answers, requests_of, staggered
 
 
 def device_runner(bundle: Bundle) -> Runner:
-    runner = Runner(bundle, "cpu", device_decoder=True)
+    runner = open_runner(bundle, "cpu", role="device_decoder")
     assert runner.form.candidates and not runner.attention and isinstance(runner.tensors, DeviceTensors)
     return runner
 
@@ -87,14 +87,13 @@ def tied(bundle: Path, tmp_path: Path, low: int, high: int, eos_bias: float) -> 
         at = where[name]
         return weights[at["offset"] : at["offset"] + at["length"]].view(np.float32).reshape(shape)
 
-    manifest = json.loads((copy / "manifest.json").read_text())
-    V = manifest["model"]["vocab_size"]
+    manifest = Manifest.read(copy)
+    V = manifest.model["vocab_size"]
     embedding, bias = tensor("model.src_embed.lut.weight", (V, -1)), tensor("model.generator.final_logits_bias", (V,))
     embedding[low], bias[low] = embedding[high], bias[high]
-    bias[manifest["model"]["eos_id"]] += eos_bias
+    bias[manifest.model["eos_id"]] += eos_bias
     weights.flush()
-    manifest["sha256"]["weights.bin"] = sha256(copy / "weights.bin")
-    (copy / "manifest.json").write_text(json.dumps(manifest))
+    manifest.write_with_checksums(copy)
     return copy
 
 
@@ -104,7 +103,7 @@ def test_ties_go_to_the_lower_token_as_on_the_host(tiny_bundle: Path, tmp_path: 
     finish by themselves as well as at max_length."""
     bundle = load_bundle(tiny_bundle)
     lengths = [16, 12, 14, 10, 12, 16, 12, 14]
-    plain = [h.tokens for r in decode(Runner(bundle, "cpu"), requests_of(bundle, [1] * 8, lengths))
+    plain = [h.tokens for r in decode(open_runner(bundle, "cpu"), requests_of(bundle, [1] * 8, lengths))
              for h in r.hypotheses]  # fmt: skip
     emitted = Counter(t for tokens in plain for t in tokens)
     high = max((t for t in emitted if t > 2), key=emitted.__getitem__)  # a token the model emits often
@@ -139,7 +138,7 @@ def test_the_shipped_bundle_decodes_as_its_exact_graphs(beam: int) -> None:
     assert len(requests) == 32
     runner = device_runner(bundle)
     batched, alone = decode(runner, requests), [decode(runner, [r])[0] for r in requests]
-    exact = decode(Runner(bundle, "cpu"), requests)
+    exact = decode(open_runner(bundle, "cpu"), requests)
     for text, a, b, want in zip(TEXTS, batched, alone, exact, strict=True):
         assert a.hypotheses[0].tokens == b.hypotheses[0].tokens == want.hypotheses[0].tokens, text
 
@@ -152,8 +151,8 @@ def test_the_shipped_bundle_decodes_as_its_exact_graphs(beam: int) -> None:
 def test_cuda_device_decoder_gives_the_cpu_tokens(beam: int) -> None:
     """The device decoder on CUDA (what /translate runs there) against the exact graphs on the CPU."""
     bundle = load_bundle(SHIPPED)
-    cuda = Runner(bundle, "cuda", device_decoder=True)
+    cuda = open_runner(bundle, "cuda", role="device_decoder")
     assert cuda.provider == "CUDAExecutionProvider"
     requests = [DecodeRequest(src=bundle.tokenizer.encode_source(t), beam_size=beam, max_length=64) for t in TEXTS]
-    for text, a, b in zip(TEXTS, decode(Runner(bundle, "cpu"), requests), decode(cuda, requests), strict=True):
+    for text, a, b in zip(TEXTS, decode(open_runner(bundle, "cpu"), requests), decode(cuda, requests), strict=True):
         assert a.hypotheses[0].tokens == b.hypotheses[0].tokens, text

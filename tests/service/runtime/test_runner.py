@@ -21,7 +21,7 @@ from service.decoding.caches import Caches
 from service.decoding.in_place import DeviceInPlaceCaches
 from service.runtime.bundle import Bundle, load_bundle
 from service.runtime.providers import CPU
-from service.runtime.runner import Runner, tune_memory
+from service.runtime.runner import AppendedRunner, InPlaceRunner, Runner, open_runner, tune_memory
 from service.runtime.tensors import DeviceTensors, HostTensors
 
 
@@ -99,9 +99,9 @@ def test_io_binding_gives_the_same_tokens_scores_and_attention(tiny_bundle: Path
     bundle = load_bundle(tiny_bundle)
     beams, lengths = [8, 1, 1, 2, 1, 3, 1, 2], [16, 3, 4, 5, 2, 6, 3, 4]  # random weights rarely stop by themselves
     requests = requests_of(bundle, beams, lengths, attention=True)
-    host, calls = staggered(Runner(bundle, "cpu", io_binding=False), requests)
-    device, device_calls = staggered(Runner(bundle, "cpu", io_binding=True), requests)
-    alone = [decode(Runner(bundle, "cpu"), [r])[0] for r in requests]
+    host, calls = staggered(open_runner(bundle, "cpu", io_binding=False), requests)
+    device, device_calls = staggered(open_runner(bundle, "cpu", io_binding=True), requests)
+    alone = [decode(open_runner(bundle, "cpu"), [r])[0] for r in requests]
     assert calls == device_calls
     assert all(calls[name] for name in ("fill", "split", "absorb")), f"not every path is covered: {calls}"
     assert [[h.tokens for h in r.hypotheses] for r in host] == [[h.tokens for h in r.hypotheses] for r in alone]
@@ -120,7 +120,7 @@ def test_io_binding_gives_the_same_tokens_scores_and_attention(tiny_bundle: Path
 
 def assert_exact_answers(bundle: Bundle, requests: list[DecodeRequest], results: list[DecodeResult]) -> None:
     """Each result has the tokens and scores of its request decoded alone on the exact graphs (decoder.onnx)."""
-    exact = [decode(Runner(bundle, "cpu"), [r])[0] for r in requests]
+    exact = [decode(open_runner(bundle, "cpu"), [r])[0] for r in requests]
     for a, b in zip(results, exact, strict=True):
         assert [h.tokens for h in a.hypotheses] == [h.tokens for h in b.hypotheses]
         for ha, hb in zip(a.hypotheses, b.hypotheses, strict=True):
@@ -134,8 +134,8 @@ def test_caches_written_in_place_give_the_exact_graphs_answers(tiny_bundle: Path
     and scores, with host caches and with device caches (IOBinding, the CUDA path)."""
     bundle = load_bundle(tiny_bundle)
     requests = requests_of(bundle, [1, 3, 1, 2, 1, 4, 1, 2], [40, 3, 4, 5, 2, 20, 3, 4])
-    fast = Runner(bundle, "cpu", io_binding=io_binding, fast=True)
-    assert fast.in_place and not fast.attention
+    fast = open_runner(bundle, "cpu", io_binding=io_binding, role="fast_decoder")
+    assert isinstance(fast, InPlaceRunner) and not fast.attention
     capacities: list[int] = []
     prepare = DeviceInPlaceCaches.prepare
 
@@ -157,17 +157,17 @@ def test_greedy_requests_without_scores_take_the_graphs_tokens(tiny_bundle: Path
     bundle = load_bundle(tiny_bundle)
     requests = requests_of(bundle, [1, 1, 1, 2, 1, 1, 1, 1], [9, 3, 4, 5, 2, 6, 3, 4], scores=False)
     requests[5] = replace(requests[5], scores=True)
-    fast = Runner(bundle, "cpu", io_binding=io_binding, fast=True)
-    assert fast.greedy_tokens
+    fast = open_runner(bundle, "cpu", io_binding=io_binding, role="fast_decoder")
+    assert isinstance(fast, InPlaceRunner) and fast.greedy_tokens
     modes: list[bool] = []
-    bind = Runner._bind_rows
+    bind = InPlaceRunner._bind_rows
 
-    def recorded(runner: Runner, binding: Any, bound: dict[str, Any], B: int, tokens: bool) -> None:
+    def recorded(runner: InPlaceRunner, binding: Any, bound: dict[str, Any], B: int, tokens: bool) -> None:
         if not modes or modes[-1] != tokens:
             modes.append(tokens)
         bind(runner, binding, bound, B, tokens)
 
-    with patch.object(Runner, "_bind_rows", recorded):
+    with patch.object(InPlaceRunner, "_bind_rows", recorded):
         results, _ = staggered(fast, requests)
     assert modes[:3] == [True, False, True], f"tokens, then logits, then tokens again: {modes}"
     assert_exact_answers(bundle, requests, results)
@@ -193,7 +193,7 @@ def test_compaction_moves_rows_into_holes_and_changes_no_answer(tiny_bundle: Pat
         compact(batch)
 
     with patch.object(Batch, "_compact", recorded):
-        results = decode(Runner(bundle, "cpu", fast=True), requests)
+        results = decode(open_runner(bundle, "cpu", role="fast_decoder"), requests)
     assert sum(moved) > 0, f"no row moved into a hole: {moved}"
     assert_exact_answers(bundle, requests, results)
 
@@ -204,7 +204,7 @@ def test_an_empty_batch_keeps_the_encoders_caches(tiny_bundle: Path) -> None:
     bundle = load_bundle(tiny_bundle)
     tok = bundle.tokenizer
     requests = [DecodeRequest(src=tok.encode_source(t), max_length=8) for t in ("Open file", "Save as", "Close")]
-    runner = Runner(bundle, "cpu", fast=True)
+    runner = open_runner(bundle, "cpu", role="fast_decoder")
     encoded: list[Any] = []
     encode = runner.encode
 
@@ -232,7 +232,7 @@ def test_newcomers_take_the_rows_that_buffers_have_room_for(tiny_bundle: Path) -
     tok = bundle.tokenizer
     texts = ["Print the document", "Save as", "Open file", "Close", "Settings"]  # the longest source first
     requests = [DecodeRequest(src=tok.encode_source(t), max_length=12) for t in texts]
-    decoder = BatchDecoder(Runner(bundle, "cpu", fast=True))
+    decoder = BatchDecoder(open_runner(bundle, "cpu", role="fast_decoder"))
     batch = decoder.young
     results: dict[Any, DecodeResult] = {}
     decoder.admit([(0, requests[0]), (1, requests[1])])
@@ -281,8 +281,8 @@ def test_rows_of_one_beam_width_share_their_sources(tiny_bundle: Path) -> None:
             moved.append(int(np.count_nonzero(live[np.count_nonzero(live) :])))
         compact(batch)
 
-    runner = Runner(bundle, "cpu", fast=True)
-    assert runner.grouped
+    runner = open_runner(bundle, "cpu", role="fast_decoder")
+    assert runner.form.grouped_cross
     decoder = BatchDecoder(runner)
     decoder.encode(list(enumerate(requests)))
     results: dict[int, DecodeResult] = {}
@@ -328,7 +328,7 @@ def test_packed_sources_give_every_text_its_own_answer(tiny_bundle: Path, joined
     ]
     row, _ = pack(np.array([len(r.src) for r in requests]))
     assert row.max() + 1 < len(requests), "the texts were not packed"
-    runner = Runner(bundle, "cpu")
+    runner = open_runner(bundle, "cpu")
     together = decode(runner, requests) if joined == "at once" else joined_over_steps(runner, requests)
     alone = [decode(runner, [r])[0] for r in requests]
     for a, b in zip(together, alone, strict=True):
@@ -353,9 +353,10 @@ def test_memory_settings_apply() -> None:
 @pytest.mark.parametrize("io_binding", [False, True])
 def test_the_forced_decoder_gives_the_step_graphs_cross_attention(tiny_bundle: Path, io_binding: bool) -> None:
     bundle = load_bundle(tiny_bundle)
-    runner = Runner(bundle, "cpu", io_binding=io_binding)
+    runner = AppendedRunner(bundle, "cpu", io_binding=io_binding)
     assert runner.has_forced
-    assert not Runner(bundle, "cpu", fast=True, encoder=runner.encoder).has_forced  # the exact runner's only
+    fast = open_runner(bundle, "cpu", role="fast_decoder", encoder=runner.encoder)
+    assert not isinstance(fast, AppendedRunner)  # the exact runner's only
     requests = requests_of(bundle, [1, 1, 2, 1, 1, 3, 1, 2], [9, 3, 6, 1, 5, 4, 7, 2], attention=True)
     results = decode(runner, requests)
     hyps = [(r.src, h) for r, result in zip(requests, results, strict=True) for h in result.hypotheses]
@@ -371,16 +372,16 @@ def test_the_forced_decoder_gives_the_step_graphs_cross_attention(tiny_bundle: P
 
 
 def test_a_bundle_without_a_forced_decoder_has_none(tiny_bundle: Path, tmp_path: Path) -> None:
-    import json
     import shutil
 
+    from service.runtime.manifest import Manifest
+
     copy = Path(shutil.copytree(tiny_bundle, tmp_path / "bundle"))
-    manifest = json.loads((copy / "manifest.json").read_text())
-    del manifest["graphs"]["forced_decoder"], manifest["graph_forms"]["decoder.forced.onnx"]
-    del manifest["sha256"]["decoder.forced.onnx"]
+    manifest = Manifest.read(copy)
+    del manifest.graphs["forced_decoder"], manifest.graph_forms["decoder.forced.onnx"]
     (copy / "decoder.forced.onnx").unlink()
-    (copy / "manifest.json").write_text(json.dumps(manifest))
-    runner = Runner(load_bundle(copy), "cpu")
+    manifest.write_with_checksums(copy)
+    runner = AppendedRunner(load_bundle(copy), "cpu")
     assert not runner.has_forced and runner.forced is None
 
 
@@ -412,7 +413,7 @@ UI_STRINGS = [
 @pytest.mark.parametrize("beam", [1, 4])
 def test_cuda_gives_the_cpu_tokens_and_attention(beam: int) -> None:
     bundle = load_bundle(SHIPPED)
-    cpu, cuda = Runner(bundle, "cpu", 1), Runner(bundle, "cuda", 1)
+    cpu, cuda = open_runner(bundle, "cpu", 1), open_runner(bundle, "cuda", 1)
     assert cuda.provider == "CUDAExecutionProvider" and cuda.io_binding
     requests = [
         DecodeRequest(src=bundle.tokenizer.encode_source(t), beam_size=beam, max_length=64, attention=True)

@@ -3,13 +3,13 @@ manifest's default variant unless ``ATTNSERVE_GRAPH_VARIANT`` names one for ever
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 import pytest
 
 from service.runtime.bundle import BundleError, load_bundle
+from service.runtime.manifest import Manifest
 from service.serving.engine import Engine
 from service.settings import Settings
 from tests.service.conftest import Server
@@ -36,8 +36,9 @@ def test_missing_variant_is_a_clear_error(tiny_bundle: Path) -> None:
 def with_default(bundle: Path, tmp_path: Path, variant: str) -> Path:
     """A copy of ``bundle`` whose manifest records ``variant`` as its default."""
     copy = Path(shutil.copytree(bundle, tmp_path / "bundle"))
-    manifest = json.loads((copy / "manifest.json").read_text())
-    (copy / "manifest.json").write_text(json.dumps(manifest | {"default_variant": variant}))
+    manifest = Manifest.read(copy)
+    manifest.default_variant = variant
+    manifest.write(copy)
     return copy
 
 

@@ -4,7 +4,6 @@ on the tiny bundle."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ import pytest
 
 import service.serving.engine
 from service.runtime.bundle import BundleError
+from service.runtime.manifest import Manifest
 from service.serving.confidence import (
     FEATURES,
     Calibration,
@@ -130,8 +130,9 @@ def test_a_malformed_calibration_is_refused(bad: dict[str, Any]) -> None:
 def calibrated(tiny_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny bundle with :func:`entry` as its calibration."""
     path = Path(shutil.copytree(tiny_bundle, tmp_path_factory.mktemp("calibrated") / "bundle"))
-    manifest = json.loads((path / "manifest.json").read_text())
-    (path / "manifest.json").write_text(json.dumps({**manifest, "calibration": entry()}))
+    manifest = Manifest.read(path)
+    manifest.calibration = entry()
+    manifest.write(path)
     return path
 
 
@@ -171,7 +172,8 @@ def test_requests_without_details_compute_nothing(calibrated: Path, monkeypatch:
 
 def test_a_malformed_calibration_stops_the_bundle_loading(tiny_bundle: Path, tmp_path: Path) -> None:
     path = Path(shutil.copytree(tiny_bundle, tmp_path / "bundle"))
-    manifest = json.loads((path / "manifest.json").read_text())
-    (path / "manifest.json").write_text(json.dumps({**manifest, "calibration": entry(layers=[5])}))
+    manifest = Manifest.read(path)
+    manifest.calibration = entry(layers=[5])
+    manifest.write(path)
     with pytest.raises(BundleError, match="layers"):
         Engine.load(path, Settings(bundles=[path]))

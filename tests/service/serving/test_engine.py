@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -21,9 +20,12 @@ from service.errors import NoSuchIndex, TooLarge, UnknownPair
 from service.http import errors
 from service.runtime.bundle import ModelSpec, load_bundle
 from service.runtime.manifest import Manifest
+from service.runtime.runner import AppendedRunner, open_runner
 from service.runtime.runner import Runner as OnnxRunner
 from service.serving.budget import BudgetFull, MiB
+from service.serving.catalog import served_graphs
 from service.serving.engine import Engine, Pooled, Runners
+from service.serving.on_first_use import OnFirstUse
 from service.serving.translation import Filters, Options, Translation, distinct
 from service.settings import Settings
 from tests.service.fake_runner import SPEC, CountingRunner, expected
@@ -171,11 +173,10 @@ def test_alternatives_skip_texts_already_given() -> None:
 def without_forced_decoder(bundle: Path, tmp_path: Path) -> Path:
     """A copy of ``bundle`` as exported before the forced decoder: no decoder.forced.onnx in it or its manifest."""
     copy = Path(shutil.copytree(bundle, tmp_path / "no-forced"))
-    manifest = json.loads((copy / "manifest.json").read_text())
-    for entries in (manifest["graphs"], manifest["graph_forms"], manifest["sha256"]):
-        entries.pop("forced_decoder", None), entries.pop("decoder.forced.onnx", None)
+    manifest = Manifest.read(copy)
+    del manifest.graphs["forced_decoder"], manifest.graph_forms["decoder.forced.onnx"]
     (copy / "decoder.forced.onnx").unlink()
-    (copy / "manifest.json").write_text(json.dumps(manifest))
+    manifest.write_with_checksums(copy)
     return copy
 
 
@@ -241,9 +242,9 @@ def with_target_prefix(bundle: Path, tmp_path: Path, prefix: list[int]) -> Path:
     """A copy of ``bundle`` whose manifest says every target starts with ``prefix`` (as an imported Argos
     package's ``target_prefix``)."""
     copy = Path(shutil.copytree(bundle, tmp_path / "prefixed"))
-    manifest = json.loads((copy / "manifest.json").read_text())
-    manifest["tokenizer"]["target_prefix"] = prefix
-    (copy / "manifest.json").write_text(json.dumps(manifest))
+    manifest = Manifest.read(copy)
+    manifest.tokenizer["target_prefix"] = prefix
+    manifest.write(copy)
     return copy
 
 
@@ -281,8 +282,8 @@ def test_a_device_decoder_leaves_forced_and_constrained_requests_to_the_exact_ru
     every logit (a constrained re-decode of a broken span) or want attention rows, which go to the exact runner; the
     answers are the CPU fast decoder's."""
     bundle = load_bundle(tiny_bundle)
-    exact = OnnxRunner(bundle, "cpu")
-    device = OnnxRunner(bundle, "cpu", device_decoder=True, encoder=exact.encoder)
+    exact = AppendedRunner(bundle, "cpu")
+    device = open_runner(bundle, "cpu", role="device_decoder", encoder=exact.encoder)
     engine = Engine(bundle, Settings(bundles=[tiny_bundle]), Runners(exact, device, exact))
     served: list[tuple[str, list[DecodeRequest]]] = []
 
@@ -326,3 +327,42 @@ def test_a_request_naming_no_decoding_gets_the_pairs_defaults_then_the_global_on
 def test_a_pair_entry_may_set_one_field_and_the_global_gives_the_other() -> None:
     engine = fake_engine(pair_defaults={"en-ja": {"length_penalty": 0.2}}, default_beam_size=3)
     assert decoded_with(engine, Options()) == (3, 0.2)
+
+
+def session_files(*runners: OnnxRunner) -> list[str]:
+    """The graph files of the runners' sessions, each session once."""
+    sessions = {id(s): s for r in runners for s in (r.encoder, r.decoder, getattr(r, "forced", None)) if s is not None}
+    return sorted(Path(s._model_path).name for s in sessions.values())
+
+
+@pytest.mark.parametrize("variant", ["float32", "int8"])
+def test_the_exact_graphs_open_on_first_need_and_the_sessions_are_those_counted(
+    tiny_int8_bundle: Path, variant: str
+) -> None:
+    """On the CPU a bundle opens the graphs it serves (catalog.served_graphs without the exact ones), warm-up and
+    plain translations included; the first /attention opens the exact graphs, float32's sharing the encoder
+    session; what the engine read of the exact runner before is what it gives."""
+    bundle = load_bundle(tiny_int8_bundle)
+    settings = Settings(bundles=[tiny_int8_bundle], graph_variant=variant, provider="cpu")  # type: ignore[arg-type]
+    runners = Runners.build(bundle, settings)
+    exact, fast = runners.exact, runners.fast
+    assert isinstance(exact, OnFirstUse) and isinstance(fast, OnnxRunner) and runners.forced is exact
+    engine = Engine(bundle, settings, runners)
+    engine.warm_up()
+    engine.translate_now(["Open the file", "Settings"], Options())
+    assert not exact.loaded
+    assert session_files(fast) == sorted(served_graphs(bundle.manifest, variant, exact=False))
+
+    engine.attention_now(["Open the file"], Options(), Filters())
+    assert exact.loaded
+    assert session_files(fast, exact.runner) == sorted(served_graphs(bundle.manifest, variant))
+    assert (exact.runner.encoder is fast.encoder) == (variant == "float32")
+    opened = exact.runner
+    assert (exact.spec, exact.form, exact.attention, exact.provider, exact.has_forced) == (
+        opened.spec,
+        opened.form,
+        opened.attention,
+        opened.provider,
+        opened.has_forced,
+    )
+    assert type(exact.tensors) is type(opened.tensors)

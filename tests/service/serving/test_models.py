@@ -4,7 +4,6 @@ fail, and SIGHUP reloads a real process."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -18,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from service.runtime.manifest import Manifest
 from service.settings import Settings
 from tests.service.conftest import Server
 from tests.service.pair_bundles import pair_bundle
@@ -125,8 +125,9 @@ def test_sighup_reloads_a_real_process(bundles: Path, tiny_bundle: Path, tmp_pat
 def test_a_bundle_replaced_in_place_is_read_again(bundles: Path) -> None:
     settings = Settings(bundles=[bundles], reload_interval_s=0.1, max_wait_ms=1, argos_packages="")
     with Server(settings) as server:
-        manifest = bundles / "tiny-en-de" / "manifest.json"
-        manifest.write_text(json.dumps(json.loads(manifest.read_text()) | {"target_lang": "it"}))
+        manifest = Manifest.read(bundles / "tiny-en-de")
+        manifest.target_lang = "it"
+        manifest.write(bundles / "tiny-en-de")
         until(lambda: targets(server.url) == ["it", "ja"])
         response = server.client().post("/translate", json={"q": "Settings", "source": "en", "target": "it"})
         assert response.status_code == 200, response.text

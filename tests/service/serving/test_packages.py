@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from service.runtime.manifest import MANIFEST, Manifest
 from service.serving.packages import (
     ImportRefused,
     argos_packages_dir,
@@ -67,7 +68,7 @@ class Importer:
         if name in self.refuse:
             raise ImportRefused("model.bin is truncated")
         out.mkdir()
-        (out / "manifest.json").write_text(json.dumps({"name": name}))
+        Manifest({"name": name}).write(out)
 
 
 def test_each_content_is_imported_once(tmp_path: Path) -> None:
@@ -148,13 +149,13 @@ def test_serve_imports_what_the_cache_lacks_once(argos_installation: tuple[Path,
     (warning,) = [line for line in first.splitlines() if "WARNING" in line]
     assert f"{packages / BROKEN} (en→fr): skipped, refused: model.bin is truncated" in warning
     (bundle,) = cache.glob(f"{name}-*/")
-    written = (bundle / "manifest.json").stat().st_mtime_ns
+    written = (bundle / MANIFEST).stat().st_mtime_ns
 
     with start(packages, cache, tmp_path / "second.log") as server:
         assert httpx.post(server.url + "/translate", json=body, timeout=60).status_code == 200
         second = server.text()
     assert f"{name}: importing" not in second and f"{name} (en→ja): cached, {bundle}" in second
-    assert (bundle / "manifest.json").stat().st_mtime_ns == written and list(cache.glob(f"{name}-*/")) == [bundle]
+    assert (bundle / MANIFEST).stat().st_mtime_ns == written and list(cache.glob(f"{name}-*/")) == [bundle]
 
     meta = packages / name / "metadata.json"
     meta.write_text(json.dumps(json.loads(meta.read_text()) | {"package_version": "1.1"}))

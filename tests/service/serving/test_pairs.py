@@ -4,7 +4,6 @@ used unloads under the bound, never an unload of a bundle in use, 503 when nothi
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -12,7 +11,8 @@ import pytest
 
 from service.errors import ModelsBusy, PairUnavailable, UnknownPair
 from service.runtime.bundle import Bundle, load_bundle
-from service.serving.catalog import disk_bytes, pairs_of
+from service.runtime.manifest import Manifest, sha256
+from service.serving.catalog import disk_bytes, footprint, pairs_of
 from service.serving.pairs import Hooks, PairRegistry
 from tests.service.pair_bundles import pair_bundle
 
@@ -46,10 +46,14 @@ def bundles(tiny_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> list
     return [load_bundle(pair_bundle(tiny_bundle, root, s, t)) for s, t in PAIRS]
 
 
+def loaded(bundle: Bundle) -> int:
+    """What the server counts for a bundle (service/serving/models.py): its loaded weights, its own variant."""
+    return footprint(bundle, None)
+
+
 def registry(bundles: list[Bundle], loads: Loads, fit: int = 0, hooks: Hooks | None = None) -> PairRegistry[str]:
     """A registry whose bound holds ``fit`` bundles (0: no bound)."""
-    size = disk_bytes(bundles[0].path, bundles[0].manifest)
-    return PairRegistry(bundles, loads.load, loads.unload, fit * size, hooks)
+    return PairRegistry(bundles, loads.load, loads.unload, loaded, fit * loaded(bundles[0]), hooks)
 
 
 async def use(r: PairRegistry[str], pair: tuple[str, str]) -> str:
@@ -103,6 +107,31 @@ def test_the_least_recently_used_idle_bundle_is_unloaded_under_the_bound(bundles
     assert [b.name for b in r.loaded()] == ["tiny-en-ja", "tiny-en-de"]
 
 
+def test_the_bound_counts_loaded_weights_not_files(tiny_bundle: Path, tmp_path: Path) -> None:
+    """Bundles whose files take many times their loaded weights (a large file beside the graphs) fit two at a time
+    in a bound of twice their loaded weights: loading the third unloads the least recently used."""
+    heavy = []
+    for s, t in PAIRS:
+        path = pair_bundle(tiny_bundle, tmp_path, s, t)
+        manifest = Manifest.read(path)
+        (path / "unused.bin").write_bytes(bytes(4 * loaded(load_bundle(path))))
+        manifest.sha256["unused.bin"] = sha256(path / "unused.bin")
+        manifest.write(path)
+        heavy.append(load_bundle(path))
+    assert all(disk_bytes(b.path, b.manifest) > 4 * loaded(b) for b in heavy)
+    loads = Loads()
+    r = registry(heavy, loads, fit=2)
+
+    async def run() -> None:
+        for pair in PAIRS:
+            await use(r, pair)
+        await asyncio.sleep(0)
+
+    asyncio.run(run())
+    assert loads.loaded == ["tiny-en-ja", "tiny-ja-en", "tiny-en-de"] and loads.unloaded == ["tiny-en-ja"]
+    assert [slot.footprint for slot in r.slots] == [loaded(b) for b in heavy]
+
+
 def test_a_bundle_in_use_is_never_unloaded_and_a_full_registry_answers_busy(bundles: list[Bundle]) -> None:
     loads = Loads()
     r = registry(bundles, loads, fit=1)
@@ -151,9 +180,9 @@ def test_preload_loads_in_order_what_fits_and_an_unknown_pair_is_named(bundles: 
 
 def test_the_pairs_of_a_multi_target_bundle_share_one_load(tiny_bundle: Path, tmp_path: Path) -> None:
     bundle = pair_bundle(tiny_bundle, tmp_path, "en", "ja")
-    manifest = json.loads((bundle / "manifest.json").read_text())
-    manifest["targets"] = [{"code": "ja", "prefix": [5]}, {"code": "ko", "prefix": [6]}]
-    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    manifest = Manifest.read(bundle)
+    manifest.data["targets"] = [{"code": "ja", "prefix": [5]}, {"code": "ko", "prefix": [6]}]
+    manifest.write(bundle)
     loads = Loads()
     r = registry([load_bundle(bundle)], loads)
 

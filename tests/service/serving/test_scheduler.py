@@ -11,6 +11,7 @@ import pytest
 
 from service.decoding import BatchDecoder, DecodeRequest
 from service.errors import TooLarge
+from service.runtime.runner import StepInput, StepOutput
 from service.serving.core_sharing import WhileSaturated
 from service.serving.scheduler import DeadlineExceeded, QueueFull, Scheduler, StepStats
 from tests.service.fake_runner import CountingRunner, expected
@@ -27,7 +28,7 @@ async def run(scheduler: Scheduler, requests: list[DecodeRequest], timeout: floa
 def test_continuous_batching_answers_each_caller() -> None:
     runner = CountingRunner()
     stats: list[StepStats] = []
-    scheduler = Scheduler(BatchDecoder(runner), max_batch_size=4, max_wait_ms=1, on_step=stats.append)  # type: ignore[arg-type]
+    scheduler = Scheduler(BatchDecoder(runner), max_batch_size=4, max_wait_ms=1, on_step=stats.append)
     srcs = [[i + 2] + [3] * (i % 7) + [0] for i in range(20)]
     results = asyncio.run(run(scheduler, [DecodeRequest(src=s, max_length=20) for s in srcs]))
     assert [r.hypotheses[0].tokens for r in results] == [expected(s) for s in srcs]
@@ -39,7 +40,7 @@ def test_continuous_batching_answers_each_caller() -> None:
 
 def test_token_budget_limits_the_batch() -> None:
     runner = CountingRunner()
-    decoder = BatchDecoder(runner)  # type: ignore[arg-type]
+    decoder = BatchDecoder(runner)
     scheduler = Scheduler(decoder, max_batch_size=32, max_batch_tokens=20, max_wait_ms=1, small_share=0)
     srcs = [[2] + [3] * 8 + [0] for _ in range(8)]  # 10 tokens each: two rows fit (no share kept for small requests)
     asyncio.run(run(scheduler, [DecodeRequest(src=s, max_length=20) for s in srcs]))
@@ -47,7 +48,7 @@ def test_token_budget_limits_the_batch() -> None:
 
 
 def test_queue_full_and_deadline() -> None:
-    scheduler = Scheduler(BatchDecoder(CountingRunner()), queue_size=3)  # type: ignore[arg-type]
+    scheduler = Scheduler(BatchDecoder(CountingRunner()), queue_size=3)
 
     async def go() -> list:
         waiting = scheduler.submit_many([DecodeRequest(src=[2, 0])] * 2, 10)  # not started: they stay queued
@@ -80,7 +81,7 @@ class SlowRunner(CountingRunner):
 
 def test_cancelled_request_frees_its_rows() -> None:
     runner = SlowRunner()
-    scheduler = Scheduler(BatchDecoder(runner), max_wait_ms=0)  # type: ignore[arg-type]
+    scheduler = Scheduler(BatchDecoder(runner), max_wait_ms=0)
 
     async def go() -> int:
         await scheduler.start()
@@ -105,7 +106,7 @@ def test_cancelled_request_frees_its_rows() -> None:
 def test_request_level_batching_admits_only_into_an_empty_batch() -> None:
     runner = CountingRunner()
     stats: list[StepStats] = []
-    scheduler = Scheduler(BatchDecoder(runner), max_batch_size=4, max_wait_ms=1, continuous=False, on_step=stats.append)  # type: ignore[arg-type]
+    scheduler = Scheduler(BatchDecoder(runner), max_batch_size=4, max_wait_ms=1, continuous=False, on_step=stats.append)
     srcs = [[i + 2] + [3] * (i % 7) + [0] for i in range(20)]
     results = asyncio.run(run(scheduler, [DecodeRequest(src=s, max_length=20) for s in srcs]))
     assert [r.hypotheses[0].tokens for r in results] == [expected(s) for s in srcs]
@@ -117,16 +118,15 @@ class FailingOnceRunner(CountingRunner):
 
     failed = False
 
-    def step(self, input_ids, position_ids, encoder_attention_mask, *rest, **kwargs):  # type: ignore[no-untyped-def]
-        cross_keys = rest[1]
-        if not self.failed and (cross_keys[0][:, 0, 0, 0] == 9).any():
+    def step(self, step: StepInput) -> StepOutput:
+        if not self.failed and (step.cross_keys[0][:, 0, 0, 0] == 9).any():
             self.failed = True
             raise RuntimeError("the runner broke")
-        return super().step(input_ids, position_ids, encoder_attention_mask, *rest, **kwargs)
+        return super().step(step)
 
 
 def test_a_runner_failure_fails_the_batch_and_the_loop_goes_on() -> None:
-    scheduler = Scheduler(BatchDecoder(FailingOnceRunner()), max_wait_ms=0)  # type: ignore[arg-type]
+    scheduler = Scheduler(BatchDecoder(FailingOnceRunner()), max_wait_ms=0)
 
     async def go() -> tuple[list, list]:
         await scheduler.start()
@@ -162,7 +162,7 @@ class EncodeCountingRunner(CountingRunner):
 def test_texts_encoded_ahead_while_the_batch_is_full_get_their_own_answers(ahead: int) -> None:
     runner = EncodeCountingRunner()
     stats: list[StepStats] = []
-    decoder = BatchDecoder(runner)  # type: ignore[arg-type]
+    decoder = BatchDecoder(runner)
     scheduler = Scheduler(decoder, max_batch_size=4, max_wait_ms=1, encode_ahead=ahead, on_step=stats.append)
     srcs = [[i % 13 + 2] + [3] * (i % 7) + [0] for i in range(40)]
     results = asyncio.run(run(scheduler, [DecodeRequest(src=s, max_length=20) for s in srcs]))
@@ -176,7 +176,7 @@ def test_texts_encoded_ahead_while_the_batch_is_full_get_their_own_answers(ahead
 
 
 def test_a_text_encoded_ahead_and_cancelled_never_joins() -> None:
-    decoder = BatchDecoder(CountingRunner())  # type: ignore[arg-type]
+    decoder = BatchDecoder(CountingRunner())
     requests = [(key, DecodeRequest(src=[key + 2, 3, 3, 0], max_length=8)) for key in range(3)]
     decoder.encode(requests)
     decoder.cancel(1)
@@ -193,7 +193,7 @@ def test_a_text_encoded_ahead_and_cancelled_never_joins() -> None:
 def test_holes_wait_for_newcomers_until_nobody_joins() -> None:
     """A few holes stay for newcomers to fill in place while requests keep joining; once nobody joined for QUIET
     steps, a quarter of holes is compacted away. Newcomers beyond the holes grow the batch (no compaction first)."""
-    decoder = BatchDecoder(CountingRunner())  # type: ignore[arg-type]
+    decoder = BatchDecoder(CountingRunner())
     batch = decoder.young
     lengths = [1, 1, 1, 12, 12, 12, 30, 30]  # tokens each decodes (</s> included)
     decoder.admit([(i, DecodeRequest(src=[2] * (n - 1) + [0], max_length=40)) for i, n in enumerate(lengths)])
@@ -210,7 +210,7 @@ def test_a_small_request_joins_at_once_while_large_ones_fill_the_batch() -> None
     """Large requests never fill the small share: a one-text request sent while they decode joins the batch at
     the next step and is answered after about its own length, not after a large request's rows."""
     runner = SlowRunner()
-    scheduler = Scheduler(BatchDecoder(runner), max_batch_size=8, max_wait_ms=0, small_share=0.25)  # type: ignore[arg-type]
+    scheduler = Scheduler(BatchDecoder(runner), max_batch_size=8, max_wait_ms=0, small_share=0.25)
     long = [DecodeRequest(src=[2] + [3] * 40 + [0], max_length=64) for _ in range(24)]  # 41 steps each
 
     async def go() -> tuple[int, int, list]:
@@ -239,7 +239,7 @@ def test_without_a_small_share_the_small_request_waits_for_a_row() -> None:
     """The same flood with small_share=0: the batch is full of large rows, so the small request waits for one to
     finish (the behaviour the share avoids)."""
     runner = SlowRunner()
-    scheduler = Scheduler(BatchDecoder(runner), max_batch_size=8, max_wait_ms=0, small_share=0)  # type: ignore[arg-type]
+    scheduler = Scheduler(BatchDecoder(runner), max_batch_size=8, max_wait_ms=0, small_share=0)
 
     async def go() -> int:
         await scheduler.start()
@@ -261,7 +261,7 @@ def test_without_a_small_share_the_small_request_waits_for_a_row() -> None:
 def test_large_requests_take_turns() -> None:
     """Two large requests sent one after the other: their texts join alternately, so the second one's first
     answers come long before the first one's last (FIFO would answer all of the first one first)."""
-    scheduler = Scheduler(BatchDecoder(CountingRunner()), max_batch_size=2, max_wait_ms=0, small_share=0)  # type: ignore[arg-type]
+    scheduler = Scheduler(BatchDecoder(CountingRunner()), max_batch_size=2, max_wait_ms=0, small_share=0)
     order: list[str] = []
 
     async def go() -> None:
@@ -282,7 +282,7 @@ def test_large_requests_take_turns() -> None:
 
 def test_the_deadline_counts_from_arrival() -> None:
     """A request that arrived 2 s ago with a 1 s deadline is already late, however briefly it was queued."""
-    scheduler = Scheduler(BatchDecoder(SlowRunner()), max_wait_ms=0)  # type: ignore[arg-type]
+    scheduler = Scheduler(BatchDecoder(SlowRunner()), max_wait_ms=0)
 
     async def go() -> list:
         await scheduler.start()
@@ -308,7 +308,7 @@ def test_the_saturation_policy_hears_the_rows_left_after_each_step() -> None:
             heard.append(rows)
 
     runner = CountingRunner()
-    scheduler = Scheduler(BatchDecoder(runner), max_batch_size=4, max_wait_ms=1, saturation=Heard(4))  # type: ignore[arg-type]
+    scheduler = Scheduler(BatchDecoder(runner), max_batch_size=4, max_wait_ms=1, saturation=Heard(4))
     srcs = [[i + 2] + [3] * (2 * i) + [0] for i in range(4)]  # 2, 4, 6 and 8 tokens
     results = asyncio.run(run(scheduler, [DecodeRequest(src=s, max_length=20) for s in srcs]))
     assert [r.hypotheses[0].tokens for r in results] == [expected(s) for s in srcs]
@@ -323,7 +323,7 @@ def test_a_scheduler_stopped_mid_batch_tells_the_saturation_policy_its_rows_are_
         def observe(self, decoder: Hashable, rows: int) -> None:
             heard.append(rows)
 
-    scheduler = Scheduler(BatchDecoder(SlowRunner()), max_batch_size=4, max_wait_ms=0, saturation=Heard(4))  # type: ignore[arg-type]
+    scheduler = Scheduler(BatchDecoder(SlowRunner()), max_batch_size=4, max_wait_ms=0, saturation=Heard(4))
 
     async def go() -> None:
         await scheduler.start()
@@ -343,7 +343,7 @@ def test_texts_count_under_the_pair_they_were_submitted_under() -> None:
     """Two pairs share one scheduler (a multi-target bundle): the queue, the rows and each step's stats by pair add
     up to the totals."""
     stats: list[StepStats] = []
-    scheduler = Scheduler(BatchDecoder(CountingRunner()), max_batch_size=4, max_wait_ms=1, on_step=stats.append)  # type: ignore[arg-type]
+    scheduler = Scheduler(BatchDecoder(CountingRunner()), max_batch_size=4, max_wait_ms=1, on_step=stats.append)
     de = [DecodeRequest(src=[i + 2, 3, 0], max_length=10, beam_size=2) for i in range(3)]
     fr = [DecodeRequest(src=[i + 5, 3, 3, 0], max_length=10) for i in range(5)]
 

@@ -3,7 +3,6 @@ line with exit code 2; once the checks pass it listens while it loads, /readyz 5
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import socket
@@ -15,9 +14,15 @@ from contextlib import suppress
 from pathlib import Path
 
 import httpx
+import numpy as np
+import onnx
 import pytest
+from onnx import numpy_helper
 
-from service.runtime.bundle import load_bundle, sha256
+from service.runtime.bundle import load_bundle
+from service.runtime.manifest import MANIFEST, Manifest, sha256
+from service.serving.budget import MiB
+from service.serving.catalog import footprint
 from service.serving.startup import StartupError, check
 from service.settings import Settings
 from tests.service.process import REPO, ServeProcess, free_port
@@ -37,10 +42,9 @@ def serve(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def edit_manifest(bundle: Path, change: Callable[[dict], None]) -> None:
-    path = bundle / "manifest.json"
-    manifest = json.loads(path.read_text())
-    change(manifest)
-    path.write_text(json.dumps(manifest))
+    manifest = Manifest.read(bundle)
+    change(manifest.data)
+    manifest.write(bundle)
 
 
 def truncate(bundle: Path) -> None:
@@ -61,9 +65,9 @@ def shrink_vocab(m: dict) -> None:
 # (damage to a copy of the tiny bundle, what the line must name, what it must say to do)
 DAMAGE: dict[str, tuple[Callable[[Path], None], str, str]] = {
     "no directory": (lambda b: shutil.rmtree(b), "no such bundle directory", "ATTNSERVE_BUNDLES"),
-    "no manifest": (lambda b: (b / "manifest.json").unlink(), "manifest.json", "attnserve export"),
+    "no manifest": (lambda b: (b / MANIFEST).unlink(), MANIFEST, "attnserve export"),
     "truncated manifest": (
-        lambda b: (b / "manifest.json").write_text((b / "manifest.json").read_text()[:200]),
+        lambda b: (b / MANIFEST).write_text((b / MANIFEST).read_text()[:200]),
         "manifest.json: not valid JSON",
         "",
     ),
@@ -125,10 +129,7 @@ def test_damaged_derived_graph_stops_start_up_in_one_line(tiny_int8_bundle: Path
     assert str(bundle) in line
     (bundle / "decoder.int8.onnx").unlink()
     load_bundle(bundle)
-    assert (
-        sha256(bundle / "decoder.int8.onnx")
-        == json.loads((bundle / "manifest.json").read_text())["sha256"]["decoder.int8.onnx"]
-    )
+    assert sha256(bundle / "decoder.int8.onnx") == Manifest.read(bundle).sha256["decoder.int8.onnx"]
 
 
 def test_two_bundles_of_one_pair(tiny_bundle: Path, tmp_path: Path) -> None:
@@ -258,13 +259,21 @@ def test_every_thread_runs_under_sched_batch_as_set(sched_batch: str, tiny_bundl
 
 
 def test_a_bundle_larger_than_the_models_memory_bound_stops_start_up(tiny_bundle: Path, tmp_path: Path) -> None:
-    """A bundle that could never load under ATTNSERVE_MODELS_MEMORY_MB is named before the server listens."""
+    """A bundle that could never load under ATTNSERVE_MODELS_MEMORY_MB, counted by its loaded weights, is named
+    before the server listens."""
     bundle = Path(shutil.copytree(tiny_bundle, tmp_path / "big"))
-    (bundle / "padding.bin").write_bytes(bytes(2 << 20))
-    edit_manifest(bundle, lambda m: m["sha256"].update({"padding.bin": sha256(bundle / "padding.bin")}))
-    with pytest.raises(StartupError, match=r"big: its files take 3 MiB, more than ATTNSERVE_MODELS_MEMORY_MB=2"):
-        check(Settings(bundles=[bundle], models_memory_mb=2))
-    assert check(Settings(bundles=[bundle], models_memory_mb=3))
+    graph = onnx.load(str(bundle / "decoder.fast.onnx"), load_external_data=False)
+    graph.graph.initializer.append(numpy_helper.from_array(np.zeros((1 << 20) // 4, np.float32), "padding"))
+    onnx.save(graph, str(bundle / "decoder.fast.onnx"))  # 1 MiB more of weights
+    edit_manifest(bundle, lambda m: m["sha256"].update({"decoder.fast.onnx": sha256(bundle / "decoder.fast.onnx")}))
+    size = -(-footprint(load_bundle(bundle), None) // MiB)
+    with pytest.raises(StartupError, match=rf"big: its weights take {size} MiB loaded, more than .*_MB={size - 1}"):
+        check(Settings(bundles=[bundle], models_memory_mb=size - 1))
+    assert check(Settings(bundles=[bundle], models_memory_mb=size))
+    (bundle / "decoder.fast.onnx").write_bytes(b"not a graph")
+    edit_manifest(bundle, lambda m: m["sha256"].update({"decoder.fast.onnx": sha256(bundle / "decoder.fast.onnx")}))
+    with pytest.raises(StartupError, match=r"big: its graphs cannot be read: .*decoder.fast.onnx: not an ONNX graph"):
+        check(Settings(bundles=[bundle], models_memory_mb=size))
 
 
 def test_the_users_bundle_serves_a_pair_a_shipped_one_serves_too(

@@ -8,8 +8,7 @@ from collections.abc import Callable
 import numpy as np
 
 from service.runtime.bundle import ModelSpec
-from service.runtime.runner import StepOutput
-from service.runtime.tensors import Cache
+from service.runtime.runner import StepInput, StepOutput
 from service.serving.engine import Engine, Runners
 from service.serving.translation import Options
 from service.serving.unlooping import GUARD
@@ -42,27 +41,16 @@ class Preferring(FakeRunner):
         super().__init__()
         self.preferences = preferences
 
-    def step(
-        self,
-        input_ids: np.ndarray,
-        position_ids: np.ndarray,
-        encoder_attention_mask: np.ndarray,
-        self_attention_mask: np.ndarray | None,
-        cross_keys: list[Cache],
-        cross_values: list[Cache],
-        past_keys: list[Cache],
-        past_values: list[Cache],
-        tokens: bool = False,
-    ) -> StepOutput:
-        B = input_ids.shape[0]
+    def step(self, step: StepInput) -> StepOutput:
+        B = step.input_ids.shape[0]
         logits = np.full((B, SPEC.vocab_size), -10.0, np.float32)
-        for b, t in enumerate(position_ids[:, 0].tolist()):
+        for b, t in enumerate(step.position_ids[:, 0].tolist()):
             for token, value in self.preferences(t).items():
                 logits[b, token] = value
-        assert self_attention_mask is not None
-        T = self_attention_mask.shape[1]
+        assert step.self_attention_mask is not None
+        T = step.self_attention_mask.shape[1]
         kv = np.zeros((B, 2, T, 2), np.float32)
-        attention = np.zeros((1, B, 2, cross_keys[0].shape[2]), np.float32)
+        attention = np.zeros((1, B, 2, step.cross_keys[0].shape[2]), np.float32)
         return StepOutput(logits, [kv], [kv.copy()], np.zeros((1, B, 2, T), np.float32), attention)
 
 

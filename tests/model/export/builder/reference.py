@@ -12,8 +12,7 @@ import torch
 from model.export.graphs import DecoderGraph, EncoderGraph
 from model.transformer import Transformer, TransformerConfig, make_model
 from service.runtime.bundle import ModelSpec
-from service.runtime.runner import EncoderOutput, StepOutput
-from service.runtime.tensors import Cache
+from service.runtime.runner import EncoderOutput, StepInput, StepOutput
 from tests.service.fake_runner import FakeRunner
 
 
@@ -100,12 +99,10 @@ class TorchRunner(FakeRunner):
         return EncoderOutput(weights.numpy(), arrays[:L], arrays[L:])
 
     @torch.no_grad()
-    def step(self, input_ids: np.ndarray, position_ids: np.ndarray, encoder_attention_mask: np.ndarray,
-             self_attention_mask: np.ndarray | None, cross_keys: list[Cache], cross_values: list[Cache],
-             past_keys: list[Cache], past_values: list[Cache], tokens: bool = False) -> StepOutput:  # fmt: skip
-        assert self_attention_mask is not None
+    def step(self, step: StepInput) -> StepOutput:
+        assert step.self_attention_mask is not None
         L = self.model.config.n_decoder_layers
-        feed = [input_ids, position_ids, encoder_attention_mask, self_attention_mask,
-                *cross_keys, *cross_values, *past_keys, *past_values]  # fmt: skip
+        feed = [step.input_ids, step.position_ids, step.encoder_attention_mask, step.self_attention_mask,
+                *step.cross_keys, *step.cross_values, *step.past_keys, *step.past_values]  # fmt: skip
         out = [x.numpy() for x in self.decoder(*(torch.from_numpy(np.ascontiguousarray(x)) for x in feed))]
         return StepOutput(out[0], out[1 : 1 + L], out[1 + L : 1 + 2 * L], out[-2], out[-1])

@@ -29,7 +29,7 @@ from model.export.check import (
 from model.transformer import Transformer, greedy_decode
 from service.decoding import DecodeRequest, decode
 from service.runtime.bundle import load_bundle
-from service.runtime.runner import Runner
+from service.runtime.runner import DecoderRole, open_runner
 from tests.bundles import tiny_spm
 from tests.model.export.builder.reference import CONFIGS, TorchRunner, random_model
 
@@ -79,6 +79,9 @@ def sources(model: Transformer) -> list[list[int]]:
     return [[*rng.integers(2, c.vocab_size - 1, size=n).tolist(), c.eos_id] for n in (9, 5, 2, 7)]
 
 
+ROLES: dict[str, DecoderRole] = {"exact": "decoder", "fast": "fast_decoder", "device": "device_decoder"}
+
+
 @pytest.mark.parametrize("beam", [1, 4])
 @pytest.mark.parametrize("form", ["exact", "fast", "device"])
 def test_decoding_matches_pytorch(built: tuple[Transformer, Path], form: str, beam: int) -> None:
@@ -86,10 +89,10 @@ def test_decoding_matches_pytorch(built: tuple[Transformer, Path], form: str, be
     same hypotheses, token for token; greedy, PyTorch's own greedy_decode's too."""
     model, bundle = built
     attention = form == "exact"
-    runner = Runner(load_bundle(bundle), "cpu", fast=form == "fast", device_decoder=form == "device")
+    runner = open_runner(load_bundle(bundle), "cpu", role=ROLES[form])
     requests = [DecodeRequest(src=s, beam_size=beam, n_best=beam, max_length=12, attention=attention)
                 for s in sources(model)]  # fmt: skip
-    got, want = decode(runner, requests), decode(TorchRunner(model), requests)  # type: ignore[arg-type]
+    got, want = decode(runner, requests), decode(TorchRunner(model), requests)
     for ours, theirs in zip(got, want, strict=True):
         assert [h.tokens for h in ours.hypotheses] == [h.tokens for h in theirs.hypotheses]
         if attention:

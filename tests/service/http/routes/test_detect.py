@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 import pytest
 
+from service.runtime.manifest import Manifest
 from tests.service.conftest import Server, ServerFactory, assert_loading
 
 EN, DE, FR = "Delete the selected files?", "Die ausgewählten Dateien löschen?", "Supprimer les fichiers sélectionnés ?"
@@ -17,8 +17,9 @@ EN, DE, FR = "Delete the selected files?", "Die ausgewählten Dateien löschen?"
 def de_ja_bundle(tiny_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny bundle served as a de→ja pair (the manifest is outside the checksums)."""
     path = Path(shutil.copytree(tiny_bundle, tmp_path_factory.mktemp("de-ja") / "bundle"))
-    manifest = json.loads((path / "manifest.json").read_text())
-    (path / "manifest.json").write_text(json.dumps({**manifest, "name": "tiny-de-ja", "source_lang": "de"}))
+    manifest = Manifest.read(path)
+    manifest.name, manifest.source_lang = "tiny-de-ja", "de"
+    manifest.write(path)
     return path
 
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 import pytest
 
+from service.runtime.manifest import Manifest
 from service.settings import Settings
 from tests.service.conftest import Server
 from tests.service.serving.test_confidence import entry
@@ -17,8 +17,9 @@ BODY = {"source": "en", "target": "ja", "return_details": True}
 
 def test_details_say_how_sure(tiny_bundle: Path, tmp_path: Path) -> None:
     path = Path(shutil.copytree(tiny_bundle, tmp_path / "bundle"))
-    manifest = json.loads((path / "manifest.json").read_text())
-    (path / "manifest.json").write_text(json.dumps({**manifest, "calibration": entry()}))
+    manifest = Manifest.read(path)
+    manifest.calibration = entry()
+    manifest.write(path)
     with Server(Settings(bundles=[path], max_wait_ms=1)) as server, server.client() as c:
         many = c.post("/translate", json={**BODY, "q": ["Open file", "Settings"]}).json()["details"]
         plain = c.post("/translate", json={**BODY, "q": "Open file", "return_details": False}).json()

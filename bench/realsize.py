@@ -21,7 +21,8 @@ thread) or cores 0-1 (two), the load generator to core 1. Every cell says whethe
 tokens (offline) or the same text (over HTTP, the texts without protected spans).
 
 ``--profile MODEL,COMPUTE,BEAM,THREADS`` profiles one cell's server under that load instead (py-spy and perf,
-bench/profile_table.py, as ``bench/overhead.py --profile``) into its own section (``realsize-profile``).
+bench/profile_table.py, as ``bench/overhead.py --profile``) into a section of its own
+(``realsize-profile-MODEL-COMPUTE-BEAM-THREADS``).
 
 ``--libretranslate VENV`` adds bench/libretranslate.py on the Argos package: LibreTranslate 1.9.6 against attnserve
 serving the same installed package from ``ATTNSERVE_ARGOS_PACKAGES``.
@@ -455,7 +456,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         body = profile(model, Cell(name, compute, int(beam), int(threads)), args.sentences_used, args, command)
         print(body, flush=True)
         if not args.no_write:
-            write_section("realsize-profile", body, args.out / "BENCHMARKS.md")
+            write_section(f"realsize-profile-{args.profile.replace(',', '-')}", body, args.out / "BENCHMARKS.md")
         return
     models = [build(name, args.cache, Size(), args.trained_bundle, args.spm) for name in args.models]
     work = args.work or Path(tempfile.mkdtemp(prefix="realsize-"))

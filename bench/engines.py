@@ -165,7 +165,8 @@ class Prepared:
     def read(cls, work: Path) -> Prepared:
         setup = json.loads((work / "setup.json").read_text())
         hf = Path(setup["hf"])
-        return cls(Path(setup["bundle"]), hf, Path(setup["ct2"]), json.loads((hf / "vocab.json").read_text()))
+        vocab = Path(setup.get("vocab", hf / "vocab.json"))  # a model with no MarianMTModel directory: its own
+        return cls(Path(setup["bundle"]), hf, Path(setup["ct2"]), json.loads(vocab.read_text()))
 
 
 def prepare(

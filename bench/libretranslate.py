@@ -8,6 +8,10 @@ installs it into argos-translate's packages directory and serves it offline (ben
 sentence splitter, which downloads a model, replaced by one that keeps each text whole; ``ARGOS_PACKAGE_INDEX`` a
 local index listing the installed package only; ``--load-only en,ja``).
 
+``--package`` serves a given ``.argosmodel`` instead (bench/realsize.py's), ``--argos-packages`` has attnserve serve
+LibreTranslate's installed packages directory through ``ATTNSERVE_ARGOS_PACKAGES`` (no import step: the server
+imports what it lacks into its cache at start-up) rather than a bundle imported with ``import-argos``.
+
 Each server runs pinned to core 0 (``taskset``), the load generator (bench/overhead.py's closed loop) to core 1, in
 two shapes: 32 clients sending one sentence a request, and Weblate's (4 clients sending 20 sentences a request); with
 two decodings: greedy on one thread (LibreTranslate: ``ARGOS_BEAM_SIZE=1``, one CTranslate2 thread), and
@@ -16,6 +20,7 @@ LibreTranslate's defaults (beam 4, its own thread settings; attnserve: ``ATTNSER
 translated once more by each server and the outputs compared.
 
     python bench/libretranslate.py --lt-venv /tmp/lt-venv --seconds 15
+    python bench/libretranslate.py --lt-venv /tmp/lt-venv --package PKG.argosmodel --argos-packages --max-length 256
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from common import CORPUS, DOCS, ROOT, Server, free_port, write_section
+from common import CORPUS, DOCS, ROOT, Server, free_port, pairs, write_section
 from engines import prepare
 from overhead import CLIENT_CORE, SERVER_CORE, attnserve_server, closed_loop, held_out_sentences, pinned
 
@@ -59,10 +64,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--sentences", type=int, default=300, help="held-out sentences (a deterministic sample)")
     ap.add_argument("--seconds", type=float, default=15, help="seconds of load per cell")
     ap.add_argument("--lt-venv", type=Path, required=True, help="a venv with libretranslate==1.9.6 installed")
+    ap.add_argument("--package", type=Path, default=None, help="an .argosmodel to serve (default: the bundle's)")
+    ap.add_argument("--argos-packages", action="store_true",
+                    help="attnserve serves LibreTranslate's packages directory (ATTNSERVE_ARGOS_PACKAGES)")  # fmt: skip
+    ap.add_argument("--max-length", type=int, default=None,
+                    help="attnserve's requests ask this (LibreTranslate decodes up to 256 tokens)")  # fmt: skip
+    ap.add_argument("--set", dest="settings", action="append", default=[], metavar="ATTNSERVE_NAME=VALUE",
+                    help="a setting of attnserve's server (repeatable)")  # fmt: skip
     ap.add_argument("--work", type=Path, default=None, help="keep the package and conversions here")
     ap.add_argument("--out", type=Path, default=DOCS, help="BENCHMARKS.md goes here (default docs/)")
     ap.add_argument("--no-write", action="store_true", help="print the section instead of writing it")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # the command, for the section
+    return args
 
 
 def argos_package(bundle_dir: Path, work: Path) -> tuple[Path, dict[str, Any]]:
@@ -82,6 +96,13 @@ def argos_package(bundle_dir: Path, work: Path) -> tuple[Path, dict[str, Any]]:
         for file in sorted(folder.rglob("*")):
             z.write(file, f"{folder.name}/{file.relative_to(folder)}")
     return archive, meta
+
+
+def package_meta(archive: Path) -> dict[str, Any]:
+    """An .argosmodel's metadata.json (its one top folder's)."""
+    with zipfile.ZipFile(archive) as z:
+        name = next(n for n in z.namelist() if n.count("/") == 1 and n.endswith("/metadata.json"))
+        return dict(json.loads(z.read(name)))
 
 
 def lt_versions(python: Path) -> str:
@@ -137,8 +158,8 @@ def measure(server: Server, sentences: list[str], options: dict[str, Any], secon
     rows = {}
     for shape, (clients, per_request) in SHAPES.items():
         load = bodies(sentences, per_request, options)
-        asyncio.run(closed_loop(server.url, load, clients, min(3.0, seconds)))  # warm-up
-        rate, median, _ = asyncio.run(closed_loop(server.url, load, clients, seconds))
+        asyncio.run(closed_loop(server.url, load, clients, min(3.0, seconds), timeout=600))  # warm-up
+        rate, median, _ = asyncio.run(closed_loop(server.url, load, clients, seconds, timeout=600))
         rows[shape] = (rate * per_request, median)
         print(f"    {shape}: {rate * per_request:.1f} sentences/s, median {median * 1000:.0f} ms", flush=True)
     return {"rows": rows, "outputs": translate_all(server.url, sentences, options), "rss": server.peak_rss_mb()}
@@ -148,20 +169,26 @@ def run(args: argparse.Namespace, work: Path) -> tuple[list[str], dict[tuple[str
     """Both servers under both decodings; returns the sentences and each (server, decoding)'s measurements."""
     from service.runtime.bundle import load_bundle
 
-    archive, meta = argos_package(args.bundle, work)
-    imported = work / "imported"
+    archive, meta = (args.package, package_meta(args.package)) if args.package else argos_package(args.bundle, work)
     attnserve = str(Path(sys.executable).with_name("attnserve"))
-    subprocess.run([attnserve, "import-argos", str(archive), str(imported), "--force"], check=True)
     lt_env = libretranslate_env(work, meta)
     python = args.lt_venv / "bin" / "python"
     subprocess.run([str(python), str(LT_SERVER), "--install", str(archive)], env={**os.environ, **lt_env}, check=True)
-    bundle = load_bundle(imported)
-    sentences = [s for s, _ in held_out_sentences(bundle, args.texts, args.sentences)]
+    env = ATTNSERVE_ENV | dict(s.split("=", 1) for s in args.settings)
+    served: Path | None = None
+    if args.argos_packages:  # LibreTranslate's installation, imported by the server itself into its cache
+        env |= {"ATTNSERVE_ARGOS_PACKAGES": lt_env["ARGOS_PACKAGES_DIR"], "ATTNSERVE_ARGOS_CACHE": str(work / "cache")}
+        sentences = [s for s, _ in pairs(args.texts, args.sentences) if s.strip()]  # test sentences: all short
+    else:
+        served = work / "imported"
+        subprocess.run([attnserve, "import-argos", str(archive), str(served), "--force"], check=True)
+        sentences = [s for s, _ in held_out_sentences(load_bundle(served), args.texts, args.sentences)]
+    options = {} if args.max_length is None else {"max_length": args.max_length}
     results: dict[tuple[str, str], dict[str, Any]] = {}
     for decoding in (GREEDY, DEFAULTS):
         print(f"attnserve, {decoding}", flush=True)
-        with attnserve_server(imported, {**ATTNSERVE_ENV, **ATTNSERVE_DECODING[decoding]}, [attnserve]) as server:
-            results[("attnserve", decoding)] = measure(server, sentences, {}, args.seconds)
+        with attnserve_server(served, env | ATTNSERVE_DECODING[decoding], [attnserve], ready_timeout=900) as server:
+            results[("attnserve", decoding)] = measure(server, sentences, options, args.seconds)
         print(f"LibreTranslate, {decoding}", flush=True)
         with libretranslate_server(python, {**lt_env, **LT_ENV[decoding]}) as server:
             results[("LibreTranslate", decoding)] = measure(server, sentences, {}, args.seconds)
@@ -181,7 +208,7 @@ def section(args: argparse.Namespace, sentences: list[str], results: dict[tuple[
     """The BENCHMARKS.md section: the command, the setting, the table and the outputs compared."""
     from service.text.spans import has_spans
 
-    argv = " ".join(shlex.quote(a) for a in sys.argv[1:])
+    argv = " ".join(shlex.quote(a) for a in args.argv)
     lines = ["| decoding | shape | attnserve (sentences/s) | LibreTranslate (sentences/s) | ratio | median latency "
              "attnserve / LibreTranslate (ms) |", "|---|---|---:|---:|---:|---:|"]  # fmt: skip
     for decoding in (GREEDY, DEFAULTS):
@@ -199,14 +226,20 @@ def section(args: argparse.Namespace, sentences: list[str], results: dict[tuple[
                         f"LibreTranslate's rewrites; of the {len(plain)} without a protected span, {len(same & plain)} "
                         f"and {len(close & plain)}.")  # fmt: skip
     rss = "; ".join(f"{s}, {d}: {r['rss']:.0f} MiB" for (s, d), r in results.items() if r["rss"] is not None)
+    bundle = "the shipped en-ja bundle's weights through `attnserve export-marian` and CTranslate2's converter"
+    package = f"`{args.package.name}`" if args.package else bundle
+    from_dir = "from LibreTranslate's packages directory (`ATTNSERVE_ARGOS_PACKAGES`, imported at its first start)"
+    how = from_dir if args.argos_packages else "through `attnserve import-argos`"
+    settings = " ".join(f"`{x}`" for x in args.settings)
+    asks = f"; attnserve's requests ask `max_length` {args.max_length}" if args.max_length else ""
     return f"""## Side by side with LibreTranslate (bench/libretranslate.py)
 
 `python bench/libretranslate.py {argv}`
 
-Both servers serve the same `.argosmodel`: the shipped en-ja bundle's weights through `attnserve export-marian` and
-CTranslate2's `TransformersConverter`; attnserve through `attnserve import-argos`, LibreTranslate
-({args.lt_versions}) installed into argos-translate's packages directory, offline (its sentence splitter replaced by
-one that keeps each text whole, as attnserve is set to decode each text whole; a local package index). Each server
+Both servers serve the same `.argosmodel`: {package}; attnserve {how}{f" with {settings}" if settings else ""}{asks},
+LibreTranslate ({args.lt_versions}) installed into argos-translate's packages directory, offline (its sentence
+splitter replaced by one that keeps each text whole, as attnserve is set to decode each text whole; a local package
+index). Each server
 alone, pinned to one core (`taskset -c {SERVER_CORE}`), the closed-loop load generator on core {CLIENT_CORE},
 {args.seconds:g} s a cell after a warm-up, {len(sentences)} held-out sentences of the test split, one sentence a
 text. Greedy: attnserve one thread (its defaults), LibreTranslate `ARGOS_BEAM_SIZE=1` and one CTranslate2 thread;
@@ -232,8 +265,8 @@ attnserve does not copy (docs/MODELS.md).
 """
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    args = parse_args(argv)
+def compare(args: argparse.Namespace) -> str:
+    """Both servers measured (this process pinned to the load generator's core); returns the section."""
     args.lt_versions = lt_versions(args.lt_venv / "bin" / "python")
     args.load = os.getloadavg()[0]
     os.sched_setaffinity(0, {int(CLIENT_CORE)})  # the load generator; the servers run on SERVER_CORE
@@ -244,7 +277,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
-    body = section(args, sentences, results)
+    return section(args, sentences, results)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    body = compare(args)
     if args.no_write:
         print(body)
     else:

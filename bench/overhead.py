@@ -159,18 +159,22 @@ def in_process_run(work: Path, env: dict[str, str], seconds: float, run: Run) ->
     print(f"  {run.label}: {run.rates[-1]:.1f}/s", flush=True)
 
 
-def attnserve_server(bundle: Path, env: dict[str, str], attnserve: list[str]) -> Server:
-    """``attnserve serve`` (the command ``attnserve``) pinned to the server's core."""
+def attnserve_server(
+    bundle: Path | None, env: dict[str, str], attnserve: list[str], cores: str = SERVER_CORE, ready_timeout: float = 120
+) -> Server:
+    """``attnserve serve`` (the command ``attnserve``) of ``bundle`` (None: what ``env`` names) pinned to ``cores``,
+    the server's core by default."""
     port = free_port()
-    command = pinned(SERVER_CORE, [*attnserve, "serve", "--bundle", str(bundle), "--port", str(port)])
-    return Server(command, port, {"ATTNSERVE_LOG_LEVEL": "warning", **ONE_THREAD, **env})
+    served = ["--bundle", str(bundle)] if bundle is not None else []
+    command = pinned(cores, [*attnserve, "serve", *served, "--port", str(port)])
+    return Server(command, port, {"ATTNSERVE_LOG_LEVEL": "warning", **ONE_THREAD, **env}, ready_timeout)
 
 
 async def closed_loop(
-    url: str, bodies: list[dict[str, Any]], clients: int, seconds: float
+    url: str, bodies: list[dict[str, Any]], clients: int, seconds: float, timeout: float = 120
 ) -> tuple[float, float, dict[int, str]]:
-    """``clients`` loops, each sending the next sentence in turn and waiting for its answer, for ``seconds``:
-    (answers/s, median latency in s, the first translation of each sentence)."""
+    """``clients`` loops, each sending the next sentence in turn and waiting for its answer (at most ``timeout``
+    seconds), for ``seconds``: (answers/s, median latency in s, the first translation of each sentence)."""
     import aiohttp
 
     outputs: dict[int, str] = {}
@@ -194,9 +198,8 @@ async def closed_loop(
             latencies.append(time.perf_counter() - t0)
             outputs.setdefault(i, answer["translatedText"])
 
-    timeout = aiohttp.ClientTimeout(total=120)
     connector = aiohttp.TCPConnector(limit=clients)
-    async with aiohttp.ClientSession(url, timeout=timeout, connector=connector) as http:
+    async with aiohttp.ClientSession(url, timeout=aiohttp.ClientTimeout(total=timeout), connector=connector) as http:
         t0 = time.perf_counter()
         await asyncio.gather(*(client(http) for _ in range(clients)))
         elapsed = time.perf_counter() - t0

@@ -66,7 +66,8 @@ def _ffn(state: dict[str, torch.Tensor], name: str, d: int, d_ff: int, g: torch.
     _norm(state, f"{name}.layer_norm", d, g)
 
 
-def onmt_checkpoint(path: Path, vocab: list[str], seed: int = 0, d: int = 32, d_ff: int = 64, layers: int = 2) -> Path:
+def onmt_checkpoint(path: Path, vocab: list[str], seed: int = 0, d: int = 32, d_ff: int = 64, layers: int = 2,
+                    heads: int = 4, positions: int = 128) -> Path:  # fmt: skip
     """A random pre-norm OpenNMT-py v3 Transformer checkpoint (shared, tied embeddings, a generator bias)."""
     g = torch.Generator().manual_seed(seed)
     V = len(vocab)
@@ -74,7 +75,7 @@ def onmt_checkpoint(path: Path, vocab: list[str], seed: int = 0, d: int = 32, d_
     state: dict[str, torch.Tensor] = {}
     for stack in ("encoder", "decoder"):
         state[f"{stack}.embeddings.make_embedding.emb_luts.0.weight"] = emb
-        state[f"{stack}.embeddings.make_embedding.pe.pe"] = onmt_pe(128, d)
+        state[f"{stack}.embeddings.make_embedding.pe.pe"] = onmt_pe(positions, d)
         _norm(state, f"{stack}.layer_norm", d, g)
     for i in range(layers):
         e = f"encoder.transformer.{i}"
@@ -96,7 +97,7 @@ def onmt_checkpoint(path: Path, vocab: list[str], seed: int = 0, d: int = 32, d_
         max_relative_positions=0,
         enc_layers=layers,
         dec_layers=layers,
-        heads=4,
+        heads=heads,
         feat_merge="concat",
         lambda_align=0.0,
     )
@@ -132,12 +133,21 @@ def onmt_package(
     seed: int = 0,
     target_prefix: str = "",
     d: int = 32,
+    *,
+    heads: int = 4,
+    d_ff: int | None = None,
+    layers: int = 2,
+    positions: int = 128,
+    vocab_size: int | None = None,
 ) -> Path:
-    """An OpenNMT-py package of width ``d`` (4 heads), converted by CTranslate2 (``quantization`` None keeps
-    float32); a ``target_prefix`` is a token of its own at the vocabulary's end and metadata.json's
-    ``target_prefix``."""
+    """An OpenNMT-py package of width ``d`` (``d_ff`` by default 2 × ``d``), converted by CTranslate2
+    (``quantization`` None keeps float32); a ``target_prefix`` is a token of its own at the vocabulary's end and
+    metadata.json's ``target_prefix``; ``vocab_size`` pads the vocabulary with pieces the tokenizer never makes."""
     extra = (target_prefix,) if target_prefix else ()
-    ckpt = onmt_checkpoint(work / "model.pt", onmt_vocab(spm, extra), seed, d=d, d_ff=2 * d)
+    vocab = onmt_vocab(spm, extra)
+    vocab += [f"▁filler{i}" for i in range((vocab_size or 0) - len(vocab))]
+    ckpt = onmt_checkpoint(work / "model.pt", vocab, seed, d=d, d_ff=d_ff or 2 * d, layers=layers, heads=heads,
+                           positions=positions)  # fmt: skip
     ctranslate2.converters.OpenNMTPyConverter(str(ckpt), unsafe_deserialization=True).convert(
         str(work / "ct2"), quantization=quantization, force=True
     )

@@ -5,6 +5,7 @@ opens a session."""
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,14 +137,10 @@ def _weight_bytes(graph: str, mtime_ns: int, size: int) -> int:
     except Exception as e:  # protobuf's DecodeError, among others, for a file that is not a graph
         raise ValueError(f"{graph}: not an ONNX graph ({type(e).__name__}: {e})") from None
     to_float = {n.input[0] for n in g.node if n.op_type == "Cast" and onnx.helper.get_node_attr_value(n, "to") == 1}
-    total = 0
-    for t in g.initializer:
-        count = 1
-        for d in t.dims:
-            count *= d
-        itemsize = 4 if t.name in to_float else onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
-        total += count * itemsize
-    return total
+    return sum(
+        math.prod(t.dims) * (4 if t.name in to_float else onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize)
+        for t in g.initializer
+    )
 
 
 def bundle_for(paths: Sequence[Path], source: str | None = None, target: str | None = None) -> Path:

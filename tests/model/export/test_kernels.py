@@ -130,6 +130,18 @@ def test_cross_attention_reads_no_key_past_the_last_unmasked_one(tmp_path: Path)
         np.testing.assert_array_equal(padded[j], session.run(["out"], alone)[0][0])
 
 
+def greedy_graph(path: Path, W: np.ndarray, bias: np.ndarray, pad: int) -> Path:
+    """A graph of ``greedy_tokens`` on rows h (rows, d) for the projection W (V, d) and ``bias`` (V,) or none (0,),
+    saved at ``path``."""
+    V, d = W.shape
+    weights = {"src_embed.lut.weight": W, "generator.final_logits_bias": bias}
+    g = kernel_graph(path, 1, d, {"h": (FLOAT, 2)}, {"h": {0: "rows", 1: "d"}, "tokens": {0: "rows"}}, weights,
+                     vocab_size=V, pad_id=pad, decoder_start_id=pad, final_logits_bias=len(bias) > 0)  # fmt: skip
+    g.output(greedy_tokens(g, "h"), "tokens", INT64, [None])
+    onnx.save(g.model("greedy"), str(path))
+    return path
+
+
 @pytest.mark.parametrize("biased", [False, True])
 def test_greedy_tokens_are_the_float32_argmax(tmp_path: Path, biased: bool) -> None:
     """attnserve.GreedyTokens (the projection in 7-bit integers, the float32 logits of the tokens its error bound
@@ -146,12 +158,7 @@ def test_greedy_tokens_are_the_float32_argmax(tmp_path: Path, biased: bool) -> N
         bias[3], bias[4], bias[11] = -np.inf, 4.0, bias[5]
     h = np.concatenate([rng.standard_normal((40, d)) * scale for scale in (0.01, 1.0, 30.0)])
     h = np.concatenate([h, 5 * W[[5, pad]], 8 * W[[3]], np.zeros((1, d))]).astype(np.float32)
-    path = tmp_path / "greedy.onnx"
-    weights = {"src_embed.lut.weight": W, "generator.final_logits_bias": bias}
-    g = kernel_graph(path, 1, d, {"h": (FLOAT, 2)}, {"h": {0: "rows", 1: "d"}, "tokens": {0: "rows"}}, weights,
-                     vocab_size=V, pad_id=pad, decoder_start_id=pad, final_logits_bias=biased)  # fmt: skip
-    g.output(greedy_tokens(g, "h"), "tokens", INT64, [None])
-    onnx.save(g.model("greedy"), str(path))
+    path = greedy_graph(tmp_path / "greedy.onnx", W, bias, pad)
     assert [n.op_type for n in onnx.load(str(path)).graph.node][-1] == "GreedyTokens"
     session = kernel_session(path)
     got = session.run(["tokens"], {"h": h})[0]
@@ -185,13 +192,7 @@ def test_greedy_tokens_where_the_screen_gives_up_are_the_float32_argmax(tmp_path
     e = h_scale * np.abs(W).sum(axis=1).max() + w_scale / 2 * np.abs(h_int * h_scale).sum(axis=1, keepdims=True)
     spread = np.ptp(bias[np.isfinite(bias)])
     assert (approx >= approx.max(axis=1, keepdims=True) - 2 * e - spread).mean(axis=1).min() > 0.5
-    path = tmp_path / "greedy.onnx"
-    weights = {"src_embed.lut.weight": W, "generator.final_logits_bias": bias}
-    g = kernel_graph(path, 1, d, {"h": (FLOAT, 2)}, {"h": {0: "rows", 1: "d"}, "tokens": {0: "rows"}}, weights,
-                     vocab_size=V, pad_id=pad, decoder_start_id=pad, final_logits_bias=True)  # fmt: skip
-    g.output(greedy_tokens(g, "h"), "tokens", INT64, [None])
-    onnx.save(g.model("greedy"), str(path))
-    got = kernel_session(path).run(["tokens"], {"h": h})[0]
+    got = kernel_session(greedy_graph(tmp_path / "greedy.onnx", W, bias, pad)).run(["tokens"], {"h": h})[0]
     logits = (h[:, None, :] * W[None]).sum(axis=2, dtype=np.float64) + bias
     logits[:, pad] = -np.inf
     np.testing.assert_array_equal(got, logits.argmax(axis=1))

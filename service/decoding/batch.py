@@ -229,7 +229,7 @@ class Batch:
         for r in self.plan.constrained.tolist():
             request = self.jobs[int(rows.job[r])].request
             if (constraint := request.constraint) is not None:
-                logits[r, ~constraint.allowed(int(rows.state[r]), int(rows.done[r]))] = -np.inf
+                constraint.allowed(int(rows.state[r]), int(rows.done[r])).apply(logits[r])
             if request.repetition_penalty != 1.0 or request.no_repeat_ngram_size:
                 generated = rows.tokens[r, : rows.length[r]]
                 penalize(logits[r], generated, request.repetition_penalty, request.no_repeat_ngram_size)

@@ -5,19 +5,54 @@ The constraint reads the text that the tokens spell, character by character, so 
 accepted (``{0}`` as one piece, or ``▁{``, ``1``, ``2``, ``}``). Outside a stand-in no brace is allowed and, unless
 the constraint allows them, no digit: a number the source does not have cannot be made up. A row's state is two
 integers (:data:`OUTSIDE` or the digits read since ``{``; a bit mask of the stand-ins emitted), kept in
-:class:`~service.decoding.rows.Rows` so that beam search carries it with its hypotheses.
+:class:`~service.decoding.rows.Rows` so that beam search carries it with its hypotheses. Which tokens a state allows
+depends only on the stand-ins' count and whether digits are free, so the vocabulary's :class:`Spelling` keeps it for
+every request of its pair.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 OUTSIDE = -1  # not in a stand-in; 0: just after "{"; v + 1: after the digits of v
 _BYTE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+KEPT = 256  # the states a Spelling keeps the allowed tokens of; beyond, the oldest go
+
+
+@dataclass(frozen=True)
+class Allowed:
+    """The tokens a row in one state may emit: ``tokens`` are those allowed where ``keep``, else those forbidden
+    (whichever is fewer)."""
+
+    size: int
+    tokens: npt.NDArray[np.int32]
+    keep: bool
+
+    @classmethod
+    def of(cls, mask: npt.NDArray[np.bool_]) -> Allowed:
+        allowed, forbidden = np.flatnonzero(mask), np.flatnonzero(~mask)
+        keep = len(allowed) <= len(forbidden)
+        return cls(len(mask), (allowed if keep else forbidden).astype(np.int32), keep)
+
+    def mask(self) -> npt.NDArray[np.bool_]:
+        """(V,) bool: True where allowed."""
+        out = np.full(self.size, not self.keep)
+        out[self.tokens] = self.keep
+        return out
+
+    def apply(self, logits: npt.NDArray[np.float32]) -> None:
+        """One row's logits (V,), in place: the forbidden tokens' set to -inf."""
+        if self.keep:
+            kept = logits[self.tokens]
+            logits.fill(-np.inf)
+            logits[self.tokens] = kept
+        else:
+            logits[self.tokens] = -np.inf
 
 
 class Spelling:
@@ -36,6 +71,7 @@ class Spelling:
             text = _text(piece)
             if any(c in "{}" or c.isdigit() for c in text):
                 self.texts[i] = text
+        self.kept: dict[tuple[int, bool, int, int], Allowed] = {}  # (count, digits, state, done) -> its tokens
 
 
 def _text(piece: str) -> str:
@@ -61,7 +97,6 @@ class StandIns:
             raise ValueError(f"a constraint holds at most 62 stand-ins, not {count}")
         self.spelling, self.count, self.digits = spelling, count, digits
         self.full = (1 << count) - 1
-        self._allowed: dict[tuple[int, int], npt.NDArray[np.bool_]] = {}
 
     def advance(self, state: int, done: int, token: int) -> tuple[int, int] | None:
         """The state after ``token``, or None where the token breaks the constraint."""
@@ -93,16 +128,19 @@ class StandIns:
             return None
         return value + 1, done
 
-    def allowed(self, state: int, done: int) -> npt.NDArray[np.bool_]:
-        """Which tokens a row in this state may emit next ((V,) bool); every token where none could (the
-        verification after decoding then sees the result)."""
-        key = (state, done)
-        if (mask := self._allowed.get(key)) is None:
-            mask = np.full(self.spelling.size, state == OUTSIDE)
-            for token in self.spelling.texts:
-                mask[token] = self.advance(state, done, token) is not None
-            mask[self.spelling.eos_id] = state == OUTSIDE and done == self.full
-            if not mask.any():
-                mask[:] = True
-            self._allowed[key] = mask
-        return mask
+    def allowed(self, state: int, done: int) -> Allowed:
+        """Which tokens a row in this state may emit next; every token where none could (the verification after
+        decoding then sees the result). Kept in the spelling, shared by the pair's requests and decoding threads."""
+        key, kept = (self.count, self.digits, state, done), self.spelling.kept
+        if (found := kept.get(key)) is not None:
+            return found
+        mask = np.full(self.spelling.size, state == OUTSIDE)
+        for token in self.spelling.texts:
+            mask[token] = self.advance(state, done, token) is not None
+        mask[self.spelling.eos_id] = state == OUTSIDE and done == self.full
+        if not mask.any():
+            mask[:] = True
+        if len(kept) >= KEPT:
+            kept.pop(next(iter(kept)), None)  # another thread may have taken it first
+        kept[key] = allowed = Allowed.of(mask)
+        return allowed

@@ -1,8 +1,10 @@
 """Spans put back into decoded segments, checked, and recovered where the result is broken.
 
 After the first decode each hypothesis' spans go where the model copied their stand-ins, and by cross-attention
-where it did not. The restored text is checked (service/text/verify.py); a segment whose text is broken is
-recovered in steps, the first whose every hypothesis comes out whole answering:
+where it did not. The restored text is checked (service/text/verify.py), first with the spans the model did not copy
+at the end: a text broken before any span is placed by attention is recovered without that attention (a full pass
+of the exact graphs). A segment whose text is broken is recovered in steps, the first whose every hypothesis comes
+out whole answering:
 
 1. ``constrained``: decoded again with a search that emits each stand-in exactly once and no number of its own
    (service/decoding/constraint.py);
@@ -63,11 +65,15 @@ def restore_spans(
     """Every segment's texts, restored, checked and recovered; ``results`` gets a segment's constrained result
     where that answered (its details are then that decode's)."""
     segments = prepared.segments
-    everyone = list(range(len(segments)))
-    yield from attend(forced, requests, results, everyone, lambda i, h: text.needs_attention(segments[i], h))
-    texts = placed(text, prepared, requests, results).texts
+    texts = placed(text, prepared, requests, results).texts  # spans the model did not copy at the end
     paths: list[str | None] = ["decoded" if s.masked is not None else None for s in segments]
     broken = [i for i, s in enumerate(segments) if any(text.problems(s, t) for t in texts[i])]
+    unplaced = [i for i, s in enumerate(segments) if i not in broken and any(
+        text.needs_attention(s, h) for h in results[i].hypotheses)]  # fmt: skip
+    yield from attend(forced, requests, results, unplaced, lambda i, h: text.needs_attention(segments[i], h))
+    for i in unplaced:
+        texts[i] = [text.restored(segments[i], requests[i].src, h) for h in results[i].hypotheses]
+    broken = sorted({*broken, *(i for i in unplaced if any(text.problems(segments[i], t) for t in texts[i]))})
     if not broken:
         return Restored(texts, paths)
     tries = [(i, c) for i in broken if (c := text.constraint(segments[i])) is not None]

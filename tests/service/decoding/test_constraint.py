@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from service.decoding import BatchDecoder, DecodeRequest, DecodeResult, decode
-from service.decoding.constraint import OUTSIDE, Spelling, StandIns
+from service.decoding.constraint import KEPT, OUTSIDE, Spelling, StandIns
 from tests.service.decoding.test_decoder import EOS, PAD, PrefixModel, V
 
 # V = 12 pieces for PrefixModel's vocabulary: a stand-in spelled whole, in pieces, or with a byte piece.
@@ -44,13 +44,33 @@ def test_each_stand_in_once_in_any_spelling_and_nothing_else_with_braces() -> No
     assert run(StandIns(SPELLING, 2, digits=True), [4, 7]) == (OUTSIDE, 0b01)
     assert run(StandIns(SPELLING, 3, digits=False), [3, 10]) == (OUTSIDE, 0b100)  # "{" then "2}"
 
-    start = two.allowed(OUTSIDE, 0)
+    start = two.allowed(OUTSIDE, 0).mask()
     assert not start[EOS] and start[2] and start[7] and start[3] and not start[6] and not start[4]
-    assert two.allowed(OUTSIDE, 0b11)[EOS] and not two.allowed(OUTSIDE, 0b11)[7]
-    inside = two.allowed(0, 0b01)  # after "{" with {0} out: only "1" goes on
+    assert two.allowed(OUTSIDE, 0b11).mask()[EOS] and not two.allowed(OUTSIDE, 0b11).mask()[7]
+    inside = two.allowed(0, 0b01).mask()  # after "{" with {0} out: only "1" goes on
     assert np.flatnonzero(inside).tolist() == [5]
     with pytest.raises(ValueError, match="62"):
         StandIns(SPELLING, 63, digits=False)
+
+
+def test_a_states_tokens_are_kept_once_for_every_request_of_the_pair_and_forbid_what_the_mask_forbids() -> None:
+    spelling = Spelling(PIECES, EOS)
+    first, second = StandIns(spelling, 2, digits=False), StandIns(spelling, 2, digits=False)
+    assert first.allowed(OUTSIDE, 0) is second.allowed(OUTSIDE, 0)  # another request of the pair: no rebuild
+    assert first.allowed(OUTSIDE, 0) is not StandIns(spelling, 2, digits=True).allowed(OUTSIDE, 0)
+    rng = np.random.default_rng(0)
+    for state, done in [(OUTSIDE, 0), (OUTSIDE, 0b11), (0, 0b01), (0, 0b00)]:
+        allowed = first.allowed(state, done)
+        logits = rng.standard_normal(V).astype(np.float32)
+        expected = np.where(allowed.mask(), logits, -np.inf)
+        allowed.apply(logits)
+        assert np.array_equal(logits, expected)
+    assert {first.allowed(0, 0b01).keep, first.allowed(OUTSIDE, 0).keep} == {True, False}  # both forms
+    for count in range(2, 63):  # more states than a spelling keeps: the oldest go
+        for digits in (False, True):
+            for done in range(4):
+                StandIns(spelling, count, digits).allowed(OUTSIDE, done)
+    assert len(spelling.kept) == KEPT
 
 
 def requests() -> list[DecodeRequest]:

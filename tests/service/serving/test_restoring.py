@@ -6,12 +6,13 @@ from __future__ import annotations
 import asyncio
 from unittest.mock import patch
 
+import numpy as np
 import pytest
 
-from service.decoding import Hypothesis
+from service.decoding import DecodeRequest, DecodeResult, Hypothesis
 from service.metrics import Metrics
 from service.serving.engine import Engine
-from service.serving.restoring import PATHS, recovered, worst
+from service.serving.restoring import PATHS, recovered, restore_spans, worst
 from service.serving.translation import Options, Translation
 from service.settings import EN_JA, Settings
 from service.text.verify import problems
@@ -38,6 +39,44 @@ def test_when_the_constrained_decode_fails_too_spans_are_placed_by_attention_in_
     assert t.details is not None and t.details.spans == "attention"
     assert t.text == "%s A lg"  # "A {lg": the brace gone, the span where the attention is
     whole("C %s C", t.text, ["%s"])
+
+
+class Forcing:
+    """A forced decoder that counts its calls; its second step's weights on the source's second token."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def cross_attention(self, sources: list[list[int]], targets: list[list[int]]) -> list[np.ndarray]:
+        self.calls += 1
+        out = [np.zeros((len(t), 1, 2, len(s)), np.float32) for s, t in zip(sources, targets, strict=True)]
+        for weights in out:
+            weights[1, ..., 1] = 1.0
+        return out
+
+
+def test_a_text_broken_before_its_spans_are_placed_is_recovered_before_any_attention() -> None:
+    engine = mangler_engine()
+    prepared = engine.text.prepare(["C %s C"])
+    assert prepared is not None
+    request = DecodeRequest(src=[11, 2, 11, EOS])
+    forcing = Forcing()
+    steps = restore_spans(engine.text, forcing, prepared, [request], [DecodeResult([Hypothesis(MANGLED, [])], None)])
+    again = next(steps)  # "A {lg} B 7" is broken wherever "%s" goes: the constrained decode comes first
+    assert isinstance(again, list) and again[0].constraint is not None and forcing.calls == 0
+    with pytest.raises(StopIteration) as stop:
+        steps.send([DecodeResult([Hypothesis([6, 2, EOS], [])], None)])  # "A {0}": copied, nothing to place
+    assert stop.value.value.texts == [["A %s"]] and stop.value.value.paths == ["constrained"]
+    assert forcing.calls == 0
+
+    plain = DecodeResult([Hypothesis([6, 7, EOS], [])], None)
+    steps = restore_spans(engine.text, forcing, prepared, [request], [plain])
+    attach = next(steps)  # "A B": whole with the span anywhere, so attention places it (not at the end)
+    assert callable(attach)
+    attach()
+    with pytest.raises(StopIteration) as stop:
+        next(steps)
+    assert forcing.calls == 1 and stop.value.value.texts == [["A %s B"]] and stop.value.value.paths == ["decoded"]
 
 
 def test_the_last_resort_appends_every_span() -> None:

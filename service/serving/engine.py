@@ -33,6 +33,7 @@ from service.serving.budget import Budget, MiB, answer_bytes, request_bytes
 from service.serving.cache import LruCache, through_cache
 from service.serving.catalog import pair_label
 from service.serving.confidence import Calibration, Evidence, coverage, is_content
+from service.serving.constrained_first import ConstrainedFirst
 from service.serving.core_sharing import WhileSaturated
 from service.serving.explain import explaining
 from service.serving.on_first_use import OnFirstUse
@@ -183,6 +184,7 @@ class Engine:
         self.calibration = Calibration.from_manifest(calibration, bundle.spec.n_decoder_layers, bundle.name)
         spec = bundle.spec  # the target vocabulary as a constrained re-decode reads it (service/decoding/constraint.py)
         self.spelling = Spelling(self.tokenizer.pieces(list(range(spec.vocab_size))), spec.eos_id)
+        self.constrained_first = ConstrainedFirst()
         self._aim(target or next(iter(bundle.targets)))
 
     def _aim(self, target: str) -> None:
@@ -388,11 +390,15 @@ class Engine:
                 out = self._aligned(texts, out, self._plain_inputs(texts, out, results))
             return self._assessed(texts, out) if options.details else out
         requests = self._segment_requests(prepared, options)
+        first = [r.constraint is not None for r in requests]
         results = yield requests
         if (guard := self._guard(options)) is not None:
             sources = [s.source for s in prepared.segments]
             yield from unlooped(guard, self.tokenizer.decode, sources, requests, results)
         restored = yield from restore_spans(self.text, self.runners.forced, prepared, requests, results)
+        for constrained, path in zip(first, restored.paths, strict=True):
+            if path is not None and not (constrained and path == "constrained"):  # an unconstrained first decode
+                self.constrained_first.record(path != "decoded")
         self._on_spans([p for p in restored.paths if p is not None])
         out = self._finished(prepared, requests, results, restored, options)
         if options.alignments:
@@ -411,8 +417,16 @@ class Engine:
         return options.details or (options.alignments and self.runners.forced is None)
 
     def _segment_requests(self, prepared: Prepared, options: Options) -> list[DecodeRequest]:
-        """One request a segment, on the fast graphs unless it needs attention rows (:meth:`_attention_rows`)."""
-        return [self._request(s.source, options, self._attention_rows(options)) for s in prepared.segments]
+        """One request a segment, on the fast graphs unless it needs attention rows (:meth:`_attention_rows`); a
+        segment with spans constrained from the start where the pair's model breaks its stand-ins
+        (service/serving/constrained_first.py)."""
+        requests = []
+        for s in prepared.segments:
+            request = self._request(s.source, options, self._attention_rows(options))
+            if s.masked is not None and self.constrained_first.now():
+                request = replace(request, constraint=self.text.constraint(s))
+            requests.append(request)
+        return requests
 
     def _attend_best(
         self, requests: list[DecodeRequest], results: list[DecodeResult]

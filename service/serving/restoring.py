@@ -12,10 +12,13 @@ out whole answering:
    where the model copied its stand-in or by cross-attention;
 3. ``appended``: that text with every span appended at the end, in source order.
 
-A segment that needed no recovery answered ``decoded``. The engine runs :func:`restore_spans` as part of its
-steps, for /translate and for /attention alike (service/serving/explain.py): it yields requests to decode or a
-function to call off the event loop. A request that collects attention rows gets them from its constrained
-re-decode too.
+A pair whose model breaks most stand-ins decodes its segments with spans constrained from the start
+(service/serving/constrained_first.py): such a segment answers ``constrained`` where that decode is whole, and is
+otherwise decoded unconstrained and recovered from step 2. A segment that needed no recovery answered ``decoded``.
+
+The engine runs :func:`restore_spans` as part of its steps, for /translate and for /attention alike
+(service/serving/explain.py): it yields requests to decode or a function to call off the event loop. A request that
+collects attention rows gets them from its constrained re-decode too.
 """
 
 from __future__ import annotations
@@ -63,20 +66,29 @@ def restore_spans(
     results: list[DecodeResult],
 ) -> Generator[Step, list[DecodeResult], Restored]:
     """Every segment's texts, restored, checked and recovered; ``results`` gets a segment's constrained result
-    where that answered (its details are then that decode's)."""
+    where that answered (its details are then that decode's). A segment whose request came constrained (the pair's
+    :class:`~service.serving.constrained_first.ConstrainedFirst`) answers with that decode where it is whole, and
+    otherwise decodes unconstrained (``requests`` gets that request) and recovers as any other, the constrained step
+    left out."""
     segments = prepared.segments
     texts = placed(text, prepared, requests, results).texts  # spans the model did not copy at the end
     paths: list[str | None] = ["decoded" if s.masked is not None else None for s in segments]
-    broken = [i for i, s in enumerate(segments) if any(text.problems(s, t) for t in texts[i])]
-    unplaced = [i for i, s in enumerate(segments) if i not in broken and any(
-        text.needs_attention(s, h) for h in results[i].hypotheses)]  # fmt: skip
-    yield from attend(forced, requests, results, unplaced, lambda i, h: text.needs_attention(segments[i], h))
-    for i in unplaced:
-        texts[i] = [text.restored(segments[i], requests[i].src, h) for h in results[i].hypotheses]
-    broken = sorted({*broken, *(i for i in unplaced if any(text.problems(segments[i], t) for t in texts[i]))})
+    first = [i for i, r in enumerate(requests) if r.constraint is not None]
+    if first:
+        failed = yield from _checked(text, forced, segments, requests, results, texts, first)
+        for i in first:
+            paths[i] = "decoded" if i in failed else "constrained"
+        if failed:
+            plain = [replace(requests[i], constraint=None) for i in failed]
+            redone = yield plain
+            for i, request, result in zip(failed, plain, redone, strict=True):
+                requests[i], results[i] = request, result
+                texts[i] = [text.restored(segments[i], request.src, h) for h in result.hypotheses]
+    todo = [i for i in range(len(segments)) if paths[i] != "constrained"]
+    broken = yield from _checked(text, forced, segments, requests, results, texts, todo)
     if not broken:
         return Restored(texts, paths)
-    tries = [(i, c) for i in broken if (c := text.constraint(segments[i])) is not None]
+    tries = [(i, c) for i in broken if i not in first and (c := text.constraint(segments[i])) is not None]
     again_requests = [replace(requests[i], constraint=c) for i, c in tries]
     redone = (yield again_requests) if tries else []
     tried = [segments[i] for i, _ in tries]  # a stand-in the constraint spelled in pieces is placed by attention
@@ -92,6 +104,30 @@ def restore_spans(
     for i in left:
         texts[i], paths[i] = recovered(text, segments[i], requests[i].src, results[i].hypotheses)
     return Restored(texts, paths)
+
+
+def _checked(
+    text: TextPipeline,
+    forced: ForcingRunner | None,
+    segments: list[Segment],
+    requests: list[DecodeRequest],
+    results: list[DecodeResult],
+    texts: list[list[str]],
+    which: list[int],
+) -> Generator[Step, list[DecodeResult], list[int]]:
+    """The segments of ``which`` whose texts are broken: checked with the spans the model did not copy at the end,
+    then the whole ones' such spans placed by cross-attention (their ``texts`` restored again) and checked again."""
+    broken = [i for i in which if _broken(text, segments[i], texts[i])]
+    needing = [i for i in which if i not in broken and any(
+        text.needs_attention(segments[i], h) for h in results[i].hypotheses)]  # fmt: skip
+    yield from attend(forced, requests, results, needing, lambda i, h: text.needs_attention(segments[i], h))
+    for i in needing:
+        texts[i] = [text.restored(segments[i], requests[i].src, h) for h in results[i].hypotheses]
+    return sorted({*broken, *(i for i in needing if _broken(text, segments[i], texts[i]))})
+
+
+def _broken(text: TextPipeline, segment: Segment, texts: list[str]) -> bool:
+    return any(text.problems(segment, t) for t in texts)
 
 
 def placed(

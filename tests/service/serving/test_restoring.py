@@ -79,6 +79,31 @@ def test_a_text_broken_before_its_spans_are_placed_is_recovered_before_any_atten
     assert forcing.calls == 1 and stop.value.value.texts == [["A %s B"]] and stop.value.value.paths == ["decoded"]
 
 
+def test_a_constrained_first_decode_answers_where_whole_and_else_recovers_from_an_unconstrained_one() -> None:
+    engine = mangler_engine()
+    prepared = engine.text.prepare(["C %s C"])
+    assert prepared is not None
+    (segment,) = prepared.segments
+    constrained = DecodeRequest(src=[11, 2, 11, EOS], constraint=engine.text.constraint(segment))
+    forcing = Forcing()
+    requests, results = [constrained], [DecodeResult([Hypothesis([6, 2, EOS], [])], None)]  # "A {0}"
+    with pytest.raises(StopIteration) as stop:
+        next(restore_spans(engine.text, forcing, prepared, requests, results))
+    assert stop.value.value.texts == [["A %s"]] and stop.value.value.paths == ["constrained"]
+
+    requests, results = [constrained], [DecodeResult([Hypothesis([6, 3, 8, EOS], [])], None)]  # "A {lg": broken
+    steps = restore_spans(engine.text, forcing, prepared, requests, results)
+    plain = next(steps)
+    assert isinstance(plain, list) and plain[0].constraint is None and plain[0].src == constrained.src
+    attach = steps.send([DecodeResult([Hypothesis(MANGLED, [])], None)])  # broken too: no constrained decode again
+    assert callable(attach)
+    attach()
+    with pytest.raises(StopIteration) as stop:
+        next(steps)
+    assert stop.value.value.paths == ["attention"] and requests[0] is plain[0] and forcing.calls == 1
+    whole("C %s C", stop.value.value.texts[0][0], ["%s"])
+
+
 def test_the_last_resort_appends_every_span() -> None:
     engine = mangler_engine()
     prepared = engine.text.prepare(["C %s C"])

@@ -13,6 +13,7 @@ every request of its pair.
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -72,6 +73,7 @@ class Spelling:
             if any(c in "{}" or c.isdigit() for c in text):
                 self.texts[i] = text
         self.kept: dict[tuple[int, bool, int, int], Allowed] = {}  # (count, digits, state, done) -> its tokens
+        self.keeping = threading.Lock()  # decoding threads of the pair add to ``kept`` side by side
 
 
 def _text(piece: str) -> str:
@@ -140,7 +142,9 @@ class StandIns:
         mask[self.spelling.eos_id] = state == OUTSIDE and done == self.full
         if not mask.any():
             mask[:] = True
-        if len(kept) >= KEPT:
-            kept.pop(next(iter(kept)), None)  # another thread may have taken it first
-        kept[key] = allowed = Allowed.of(mask)
+        allowed = Allowed.of(mask)
+        with self.spelling.keeping:
+            if len(kept) >= KEPT:
+                del kept[next(iter(kept))]
+            kept[key] = allowed
         return allowed

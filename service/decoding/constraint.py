@@ -69,15 +69,16 @@ class Spelling:
         self.eos_id = eos_id
         self.texts: dict[int, str] = {}
         for i, piece in enumerate(pieces):
-            text = _text(piece)
+            text = piece_text(piece)
             if any(c in "{}" or c.isdigit() for c in text):
                 self.texts[i] = text
         self.kept: dict[tuple[int, bool, int, int], Allowed] = {}  # (count, digits, state, done) -> its tokens
         self.keeping = threading.Lock()  # decoding threads of the pair add to ``kept`` side by side
 
 
-def _text(piece: str) -> str:
-    """A piece's characters; a byte piece is its character when the byte is one (ASCII), else nothing to read."""
+def piece_text(piece: str) -> str:
+    """A piece's characters (``▁`` a space); a byte piece is its character when the byte is one (ASCII), else
+    nothing to read."""
     if m := _BYTE.fullmatch(piece):
         byte = int(m.group(1), 16)
         return chr(byte) if byte < 0x80 else ""

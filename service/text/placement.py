@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from service.decoding.constraint import piece_text
 from service.text.spans import Masked
 
 _STAND_IN = re.compile(r"\{(\d+)\}")
@@ -44,11 +45,13 @@ DEFAULT = Aggregation("last", None)
 
 
 def piece_positions(pieces: list[str]) -> dict[int, list[int]]:
-    """Stand-in number → the indices of the pieces that spell it (a stand-in may take several pieces)."""
+    """Stand-in number → the indices of the pieces that spell it (a stand-in may take several pieces, byte pieces
+    among them)."""
     joined, owner = "", []
     for i, p in enumerate(pieces):
-        joined += p
-        owner += [i] * len(p)
+        text = piece_text(p)
+        joined += text
+        owner += [i] * len(text)
     out: dict[int, list[int]] = {}
     for m in _STAND_IN.finditer(joined):
         out.setdefault(int(m.group(1)), []).extend(sorted(set(owner[m.start() : m.end()])))

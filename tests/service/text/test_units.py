@@ -108,6 +108,7 @@ def test_touching_spans_are_one_stand_in() -> None:
 
 def test_stand_in_positions_across_pieces() -> None:
     assert piece_positions(["▁a", "▁{0}", "▁{", "1", "2", "}", "▁b"]) == {0: [1], 12: [2, 3, 4, 5]}
+    assert piece_positions(["▁a", "<0x7B>", "3", "}", "<0xE3>", "▁{4}"]) == {3: [1, 2, 3], 4: [5]}  # a byte "{"
 
 
 def detok(pieces: list[str]) -> str:

@@ -4,22 +4,17 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import gpu
 import onnxruntime as ort
 import pytest
 
-try:
-    import ctranslate2  # noqa: F401
-except ImportError:
-    if os.environ.get("CI") == "true":
-        raise
-    pytest.skip("ctranslate2 is not installed (pip install -e '.[dev]')", allow_module_level=True)
+from tests.bench.peer_engines import need_ctranslate2
 
-import gpu
+need_ctranslate2()
 
 
 def test_without_cuda_it_says_so(tiny_bundle: Path) -> None:

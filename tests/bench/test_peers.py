@@ -8,25 +8,19 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import os
 from pathlib import Path
-
-import pytest
-
-try:
-    import ctranslate2  # noqa: F401
-except ImportError:
-    if os.environ.get("CI") == "true":
-        raise
-    pytest.skip("ctranslate2 is not installed (pip install -e '.[dev]')", allow_module_level=True)
 
 import engines
 import load
 import offline
+import pytest
 import report
 
 from service.runtime.bundle import load_bundle
+from tests.bench.peer_engines import need_ctranslate2
 from tests.bundles import SENTENCES
+
+need_ctranslate2()
 
 MAX_LENGTH = 20
 

@@ -7,23 +7,17 @@ CTranslate2 comes with the ``dev`` extra; outside CI the test skips without it.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
-
-try:
-    import ctranslate2  # noqa: F401
-except ImportError:
-    if os.environ.get("CI") == "true":
-        raise
-    pytest.skip("ctranslate2 is not installed (pip install -e '.[dev]')", allow_module_level=True)
-
 import realsize
 
 from service.runtime.bundle import load_bundle
+from tests.bench.peer_engines import need_ctranslate2
 from tests.bundles import SENTENCES
+
+need_ctranslate2()
 
 SPM = Path(__file__).resolve().parents[1] / "fixtures" / "tiny-en-ja" / "spm.model"
 TINY = realsize.Size(vocab=600, d_model=32, heads=4, d_ff=64, layers=2)

@@ -35,8 +35,8 @@ from common import CORPUS, ROOT, machine, texts
 sys.path.insert(0, str(ROOT))
 
 from service.decoding import DecodeRequest, decode
-from service.runtime.bundle import Bundle, load_bundle
-from service.runtime.manifest import is_bundle
+from service.runtime.bundle import FORMAT, Bundle, load_bundle
+from service.runtime.manifest import Manifest, is_bundle
 from service.runtime.runner import Runner, open_runner
 
 CACHE = Path.home() / ".cache" / "attnserve" / "bench"
@@ -58,9 +58,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def flat_bundle(name: str = "flat", cache: Path = CACHE) -> Path:
     """The transformer-base shape with random weights (``name`` flat or unsure), exported once (torch) into the
-    cache."""
+    cache (again for another bundle format)."""
     path = cache / f"{name}-base-58k"
-    if is_bundle(path):
+    if is_bundle(path) and Manifest.read(path).format == FORMAT:
         return path
     import torch
 

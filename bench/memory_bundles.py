@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import math
 import subprocess
 import sys
 import time
@@ -66,6 +67,7 @@ def measure(bundle_dir: Path, variant: str) -> dict[str, float]:
     with_exact, _ = settled()
     return {
         "disk": disk_bytes(bundle.path, bundle.manifest) / MiB,
+        "model": model_weights(bundle.path, bundle.manifest),
         "weights": loaded_bytes(bundle.path, bundle.manifest, variant, exact=False) / MiB,
         "rss": served - before,
         "file": file_served - file_before,
@@ -76,10 +78,28 @@ def measure(bundle_dir: Path, variant: str) -> dict[str, float]:
     }
 
 
+def model_weights(bundle_dir: Path, manifest: Manifest) -> float:
+    """The model's own weights, each once, as float32 (MiB): the initializers of its exact encoder and decoder, which
+    hold every weight of the model and nothing derived from them, by name (a tied embedding is one), float16-stored
+    ones counted as the float32 they load as."""
+    import onnx
+
+    sizes: dict[str, int] = {}
+    for role in ("encoder", "decoder"):
+        graph = onnx.load(str(bundle_dir / manifest.graphs[role]), load_external_data=False).graph
+        for t in graph.initializer:
+            float16 = t.data_type == onnx.TensorProto.FLOAT16
+            itemsize = 4 if float16 else onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+            sizes[t.name.removesuffix(".float16")] = math.prod(t.dims) * itemsize
+    return sum(sizes.values()) / MiB
+
+
 def row(name: str, variant: str, m: dict[str, float]) -> str:
+    weights = m["model"] if variant == "float32" else m["weights"]
     return (
-        f"| {name} | {variant} | {m['weights']:.1f} | {m['disk']:.1f} | {m['rss']:.1f} ({m['file']:.1f}) "
-        f"| {m['rss'] / m['weights']:.2f}× | {m['weights_exact']:.1f} | {m['rss_exact']:.1f} "
+        f"| {name} | {variant} | {weights:.1f} | {m['weights']:.1f} | {m['disk']:.1f} "
+        f"| {m['rss']:.1f} ({m['file']:.1f}) "
+        f"| {m['rss'] / weights:.2f}× | {m['weights_exact']:.1f} | {m['rss_exact']:.1f} "
         f"| {m['rss_exact'] / m['weights_exact']:.2f}× | {m['first_ms']:.0f} / {m['next_ms']:.0f} |"
     )
 
@@ -113,16 +133,20 @@ def main() -> None:
             "",
             "Each row a fresh process, on the CPU, one thread: RSS growth is VmRSS after building the "
             "engine's runners and its warm-up, minus VmRSS before (the bundle's manifest and tokenizer already "
-            "read), both after the heap's free memory went back to the system. Weights: the initializers of the "
-            "sessions opened (float16-stored weights as the float32 they load as), as `attnserve models` shows "
+            "read), both after the heap's free memory went back to the system. Weights: float32's, the model's "
+            "own weights, each once (its exact graphs' initializers by name: a tied embedding once, nothing derived "
+            "from them); int8's, the initializers of its sessions. Sessions' initializers: what the sessions opened "
+            "hold (float16-stored weights as the float32 they load as), derived arrays and a weight that two "
+            "sessions hold counted in each, as `attnserve models` shows them and the registry's memory bound counts "
             "them (`loaded` there counts the exact graphs too); in brackets the part of the growth mapped from "
             "files (RssFile: weights.bin pages ONNX Runtime reads in place, and code first run). The exact float32 "
             "graphs open on the first /attention, `return_details` or span placement: the columns after the ratio "
             "are taken after two /attention calls, the first of which opened them (its time, then the second's).",
             "",
-            "| bundle | serves | weights MiB | disk MiB | RSS growth MiB (from files) | ratio "
-            "| with exact graphs: weights MiB | RSS growth MiB | ratio | /attention ms, first / next |",
-            "|---|---|---|---|---|---|---|---|---|---|",
+            "| bundle | serves | weights MiB | sessions' initializers MiB | disk MiB | RSS growth MiB (from files) "
+            "| ratio to the weights | with exact graphs: sessions' initializers MiB | RSS growth MiB | ratio "
+            "| /attention ms, first / next |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
             *rows,
         ]
     )

@@ -54,6 +54,8 @@ from common import CORPUS, DOCS, ROOT, Server, machine, pairs, versions, write_s
 from offline import Job, run_job
 from overhead import CLIENT_CORE, attnserve_server, closed_loop, plain_texts
 
+from service.runtime.bundle import FORMAT
+
 sys.path.insert(0, str(ROOT))  # tests/ (the models' builders)
 
 CACHE = Path.home() / ".cache" / "attnserve" / "bench" / "realsize"
@@ -183,9 +185,9 @@ BUILDERS = {"flat": flat, "argos": argos}
 
 
 def build(name: str, cache: Path, size: Size, base: Path, spm: Path) -> Model:
-    """Model ``name`` under ``cache``, built unless it already is at this size."""
+    """Model ``name`` under ``cache``, built unless it already is at this size and bundle format."""
     out = cache / name
-    stamp = f"{size.stamp()} {base.resolve() if name == 'trained' else spm.resolve()}"
+    stamp = f"{size.stamp()} {base.resolve() if name == 'trained' else spm.resolve()} {FORMAT}"
     ready = out / "ready.json"
     if ready.exists() and json.loads(ready.read_text())["stamp"] == stamp:
         entry = json.loads(ready.read_text())["model"]

@@ -16,10 +16,13 @@
 
    attnserve.GreedyTokens (greedy search's next tokens, the float32 fast decoder's): acc (T, V) int32 = h's rows
        quantized (DynamicQuantizeLinear: uint8, scale, zero point) times the projection's rows quantized to int8
-       (MatMulInteger), scale () float (h's), h (T, d) float, W (V, d) float (the projection) and its bias (V,; (0,)
-       for none), w_scale () float (W's int8 scale), w_l1 () float (the largest L1 norm of W's rows), pad () int64
-       (never chosen) -> (T,) int64: each row's argmax over v of h . W[v] + bias[v], as a float32 projection and
-       argmax compute it, for about a quarter of the projection's work.
+       (MatMulInteger), scale () float (h's), h (T, d) float, W (V, d) float (the projection), its panels (as
+       Logits reads them) and its bias (V,), w_scale () float (W's int8 scale), w_l1 () float (the largest L1 norm
+       of W's rows), pad () int64 (never chosen) -> (T,) int64: each row's argmax over v of h . W[v] + bias[v], as a
+       float32 projection and argmax compute it, for about a quarter of the projection's work.
+   attnserve.Logits (the float32 fast decoder's logit rows): h (R, d) float, the projection's panels
+       (ceil(V / 16), d, 16) float (16 tokens' weights side by side), bias (V,) float -> (R, V): h W^T + bias, the
+       projection held once (no transposed copy beside the rows that the embedding reads).
 
    Both attentions are softmax(q K^T / sqrt(d_k)) V per row and head, as ONNX Runtime's MultiHeadAttention and
    GroupQueryAttention compute them (model/transformer.py's attention), in another order of summation (float32
@@ -230,8 +233,6 @@ typedef struct {
     vi *tops;              /* (T, blocks): each row's block maxima (row_top's) */
     int64_t *reached;      /* and how many of its tokens reach it */
     int64_t n_full, *full; /* the rows with tokens -1 */
-    float *full_best;      /* (chunks, n_full): each chunk's largest logit of each such row */
-    int64_t *full_token;   /* and its token */
 } Greedy;
 
 INLINE vi vimax(vi a, vi b) {
@@ -335,13 +336,9 @@ static void choose_full(Greedy *g, int64_t T) {
         g->tokens[t] = saved > W_READ * g->V && RESCORE * g->reached[t] > g->V ? -1 : 0;
 }
 
-#define CHUNK 1024 /* tokens a task of greedy_full */
-#define RB 4         /* rows of h and of W a tile: RB * RB independent sums keep both FMA units busy */
-
-/* Sixteen floats: a tile's sums are this wide (one AVX-512 register; two AVX2 ones). */
+/* Sixteen floats: a panel's tokens (one AVX-512 register; two AVX2 ones). */
 typedef float vw __attribute__((vector_size(16 * sizeof(float))));
 #define WIDE 16
-#define AHEAD 8 /* W's rows a tile's prefetches run ahead by */
 
 INLINE vw wload(const float *p) {
     vw v;
@@ -349,59 +346,118 @@ INLINE vw wload(const float *p) {
     return v;
 }
 
-/* The logits of rows h[rows[0..n)] for W's tokens v0.. v0 + m (n, m <= RB) into z (RB x RB, row-major by h's row):
-   each summed WIDE lanes at a time over d, the lanes then in pairs, then the tail; rows and tokens past n and m
-   repeat the first ones (computed, never read). */
-INLINE void tile(const float *h, const int64_t *rows, int64_t n, const float *W, int64_t v0, int64_t m, int64_t d,
-                 float z[RB][RB]) {
-    const float *hr[RB], *wr[RB];
-    for (int64_t r = 0; r < RB; r++) hr[r] = h + rows[r < n ? r : 0] * d;
-    for (int64_t v = 0; v < RB; v++) wr[v] = W + (v0 + (v < m ? v : 0)) * d;
-    vw acc[RB][RB];
-    for (int64_t r = 0; r < RB; r++)
-        for (int64_t v = 0; v < RB; v++) acc[r][v] = (vw){0};
-    int64_t i = 0;
-    for (; i + WIDE <= d; i += WIDE) {
-        vw x[RB], w[RB];
-        for (int64_t r = 0; r < RB; r++) x[r] = wload(hr[r] + i), w[r] = wload(wr[r] + i);
-        for (int64_t v = 0; v < RB; v++) __builtin_prefetch(wr[v] + AHEAD * d + i); /* W streams: ask early */
-        for (int64_t r = 0; r < RB; r++)
-            for (int64_t v = 0; v < RB; v++) acc[r][v] += x[r] * w[v];
+/* Logits. Rows h (R, d) times the projection W (V, d) transposed, plus bias: out (R, V), with W read from its
+   panels: (ceil(V / WIDE), d, WIDE), element k of WIDE tokens side by side (tokens past V zero), written at export
+   (model/export/builder/graphs.py). A tile multiplies one element of a row of h, broadcast, by a panel's k-th
+   vector: WIDE tokens' sums in one register, no horizontal sums, each panel read in order. A tile holds the sums of
+   up to ROWS rows against PANEL_GROUP panels (more panels for a few rows: FEW_PANELS), 24 registers; a task's chunk
+   of panels stays in the L2 cache while every group of rows passes it. */
+#define ROWS 8
+#define PANEL_GROUP 3
+#define FEW_ROWS 4
+#define FEW_PANELS 6
+#define PANEL_CHUNK 12 /* panels a task */
+
+typedef struct {
+    const float *h, *panels, *bias;
+    float *out;
+    int64_t R, V, d, n_panels;
+} Logits;
+
+/* Rows r0 .. r0 + n (n <= ROWS) against panels p0 .. p0 + m (m <= FEW_PANELS, n m <= 24). */
+INLINE void logits_tile(const Logits *L, int64_t r0, int n, int64_t p0, int m) {
+    const int64_t d = L->d;
+    const float *x[ROWS], *w = L->panels + p0 * d * WIDE;
+#pragma GCC unroll 8
+    for (int r = 0; r < n; r++) x[r] = L->h + (r0 + r) * d;
+    vw acc[ROWS][FEW_PANELS];
+#pragma GCC unroll 8
+    for (int r = 0; r < n; r++)
+#pragma GCC unroll 6
+        for (int j = 0; j < m; j++) acc[r][j] = (vw){0};
+    for (int64_t k = 0; k < d; k++) {
+        vw a[FEW_PANELS];
+#pragma GCC unroll 6
+        for (int j = 0; j < m; j++) a[j] = wload(w + (j * d + k) * WIDE);
+#pragma GCC unroll 8
+        for (int r = 0; r < n; r++)
+#pragma GCC unroll 6
+            for (int j = 0; j < m; j++) acc[r][j] += x[r][k] * a[j]; /* broadcast from memory */
     }
-    for (int64_t r = 0; r < RB; r++)
-        for (int64_t v = 0; v < RB; v++) {
-            vw a = acc[r][v];
-            vf half = (vf){a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]} +
-                      (vf){a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15]};
-            float s = vsum(half);
-            for (int64_t j = i; j < d; j++) s += hr[r][j] * wr[v][j];
-            z[r][v] = s;
+    for (int j = 0; j < m; j++) {
+        const int64_t v0 = (p0 + j) * WIDE, tokens = L->V - v0 < WIDE ? L->V - v0 : WIDE;
+        vw b = {0};
+        if (tokens == WIDE) { /* whole vectors; only the last panel may hold fewer tokens */
+            if (L->bias) b = wload(L->bias + v0);
+            for (int r = 0; r < n; r++) {
+                vw z = acc[r][j] + b;
+                memcpy(L->out + (r0 + r) * L->V + v0, &z, sizeof z);
+            }
+            continue;
         }
+        if (L->bias) memcpy(&b, L->bias + v0, (size_t)tokens * sizeof(float));
+        for (int r = 0; r < n; r++) {
+            vw z = acc[r][j] + b;
+            memcpy(L->out + (r0 + r) * L->V + v0, &z, (size_t)tokens * sizeof(float));
+        }
+    }
 }
 
-/* The rows that the screen gave up on: their float32 logits over one chunk of the vocabulary, RB rows of h against
-   RB rows of W at a time, each row's largest (the first of equal ones) kept for the chunk. */
-CLONES static void greedy_full(void *arg, size_t chunk) {
-    const Greedy *g = arg;
-    const int64_t V = g->V, d = g->d, n = g->n_full, first = (int64_t)chunk * CHUNK;
-    const int64_t last = first + CHUNK < V ? first + CHUNK : V;
-    float *best = g->full_best + (int64_t)chunk * n;
-    int64_t *token = g->full_token + (int64_t)chunk * n;
-    for (int64_t r = 0; r < n; r++) best[r] = -INFINITY, token[r] = -1;
-    float z[RB][RB];
-    for (int64_t v0 = first; v0 < last; v0 += RB) { /* W's rows read once, every row of h meeting them */
-        const int64_t vn = last - v0 < RB ? last - v0 : RB;
-        for (int64_t r0 = 0; r0 < n; r0 += RB) {
-            const int64_t rn = n - r0 < RB ? n - r0 : RB;
-            tile(g->h, g->full + r0, rn, g->W, v0, vn, d, z);
-            for (int64_t r = 0; r < rn; r++)
-                for (int64_t v = 0; v < vn; v++) {
-                    if (v0 + v == g->pad) continue;
-                    float x = z[r][v] + (g->bias ? g->bias[v0 + v] : 0);
-                    if (token[r0 + r] < 0 || x > best[r0 + r]) token[r0 + r] = v0 + v, best[r0 + r] = x;
-                }
-        }
+/* Rows r0 .. r0 + n against the panels first .. last, P panels a tile. */
+INLINE void logits_rows(const Logits *L, int64_t r0, int n, int P, int64_t first, int64_t last) {
+    for (int64_t p0 = first; p0 < last; p0 += P) {
+        const int64_t m = last - p0 < P ? last - p0 : P;
+        if (m == P) logits_tile(L, r0, n, p0, P);
+        else for (int64_t j = 0; j < m; j++) logits_tile(L, r0, n, p0 + j, 1);
     }
+}
+
+/* One chunk of panels against every row of h, ROWS at a time (FEW_ROWS or fewer at once). */
+CLONES static void logits_chunk(void *arg, size_t chunk) {
+    const Logits *L = arg;
+    const int64_t first = (int64_t)chunk * PANEL_CHUNK;
+    const int64_t last = first + PANEL_CHUNK < L->n_panels ? first + PANEL_CHUNK : L->n_panels;
+    switch (L->R) {
+    case 1: logits_rows(L, 0, 1, FEW_PANELS, first, last); return;
+    case 2: logits_rows(L, 0, 2, FEW_PANELS, first, last); return;
+    case 3: logits_rows(L, 0, 3, FEW_PANELS, first, last); return;
+    case FEW_ROWS: logits_rows(L, 0, FEW_ROWS, FEW_PANELS, first, last); return;
+    }
+    int64_t r0 = 0;
+    for (; r0 + ROWS <= L->R; r0 += ROWS) logits_rows(L, r0, ROWS, PANEL_GROUP, first, last);
+    switch (L->R - r0) {
+    case 1: logits_rows(L, r0, 1, PANEL_GROUP, first, last); break;
+    case 2: logits_rows(L, r0, 2, PANEL_GROUP, first, last); break;
+    case 3: logits_rows(L, r0, 3, PANEL_GROUP, first, last); break;
+    case 4: logits_rows(L, r0, 4, PANEL_GROUP, first, last); break;
+    case 5: logits_rows(L, r0, 5, PANEL_GROUP, first, last); break;
+    case 6: logits_rows(L, r0, 6, PANEL_GROUP, first, last); break;
+    case 7: logits_rows(L, r0, 7, PANEL_GROUP, first, last); break;
+    }
+}
+
+/* The rows that the screen gave up on: their float32 logits from the panels (Logits' tiles), then each row's
+   largest, the first of equal ones, never padding's. */
+static OrtStatusPtr greedy_full(OrtKernelContext *ctx, Greedy *g, const float *panels) {
+    const int64_t n = g->n_full, V = g->V, d = g->d;
+    float *rows = malloc((size_t)(n * d) * sizeof *rows), *z = malloc((size_t)(n * V) * sizeof *z);
+    OrtStatusPtr status = NULL;
+    if (!rows || !z) status = ort->CreateStatus(ORT_FAIL, "attnserve.GreedyTokens: out of memory");
+    for (int64_t r = 0; !status && r < n; r++) memcpy(rows + r * d, g->h + g->full[r] * d, (size_t)d * sizeof *rows);
+    Logits L = {.h = rows, .panels = panels, .bias = g->bias, .out = z, .R = n, .V = V, .d = d,
+                .n_panels = (V + WIDE - 1) / WIDE};
+    if (!status)
+        status = ort->KernelContext_ParallelFor(ctx, logits_chunk, (size_t)((L.n_panels + PANEL_CHUNK - 1) / PANEL_CHUNK),
+                                                0, &L);
+    for (int64_t r = 0; !status && r < n; r++) {
+        const float *row = z + r * V;
+        int64_t token = -1;
+        for (int64_t v = 0; v < V; v++)
+            if (v != g->pad && (token < 0 || row[v] > row[token])) token = v;
+        g->tokens[g->full[r]] = token < 0 ? 0 : token;
+    }
+    free(rows), free(z);
+    return status;
 }
 
 #define TRY(expr)                             \
@@ -508,20 +564,20 @@ static OrtStatusPtr segment_compute(void *kernel, OrtKernelContext *ctx) {
 
 static OrtStatusPtr greedy_compute(void *kernel, OrtKernelContext *ctx) {
     (void)kernel;
-    Input in[8]; /* acc, scale, h, W, bias, w_scale, w_l1, pad */
-    TRY(inputs_of(ctx, in, 8));
-    const int64_t *acc = in[0].shape, *h = in[2].shape, *W = in[3].shape;
+    Input in[9]; /* acc, scale, h, W, panels, bias, w_scale, w_l1, pad */
+    TRY(inputs_of(ctx, in, 9));
+    const int64_t *acc = in[0].shape, *h = in[2].shape, *W = in[3].shape, *P = in[4].shape;
     if (in[0].rank != 2 || !one_element(&in[1]) || in[2].rank != 2 || in[3].rank != 2 || h[0] != acc[0] ||
-        W[0] != acc[1] || W[1] != h[1] || in[4].rank != 1 || (in[4].shape[0] && in[4].shape[0] != W[0]) ||
-        !one_element(&in[5]) || !one_element(&in[6]) || !one_element(&in[7]))
-        return invalid("attnserve.GreedyTokens: expected acc (T, V), scale (), h (T, d), W (V, d), bias (V,) or (0,), "
-                       "w_scale (), w_l1 (), pad ()");
-    double scale = *(const float *)in[1].data, w_scale = *(const float *)in[5].data;
-    Greedy g = {.acc = in[0].data, .h = in[2].data, .W = in[3].data, .bias = in[4].shape[0] ? in[4].data : NULL,
-                .c = scale * w_scale,
-                .e_scale = scale * *(const float *)in[6].data + 0.5 * w_scale * (double)W[1] * scale,
-                .e_l1 = 0.5 * w_scale, .V = W[0], .d = W[1], .pad = *(const int64_t *)in[7].data};
-    if (in[4].shape[0]) { /* finite biases: a token with -inf can never win */
+        W[0] != acc[1] || W[1] != h[1] || in[4].rank != 3 || P[0] != (W[0] + WIDE - 1) / WIDE || P[1] != W[1] ||
+        P[2] != WIDE || in[5].rank != 1 || in[5].shape[0] != W[0] || !one_element(&in[6]) || !one_element(&in[7]) ||
+        !one_element(&in[8]))
+        return invalid("attnserve.GreedyTokens: expected acc (T, V), scale (), h (T, d), W (V, d), panels (ceil(V / "
+                       "16), d, 16), bias (V,), w_scale (), w_l1 (), pad ()");
+    double scale = *(const float *)in[1].data, w_scale = *(const float *)in[6].data;
+    Greedy g = {.acc = in[0].data, .h = in[2].data, .W = in[3].data, .bias = in[5].data, .c = scale * w_scale,
+                .e_scale = scale * *(const float *)in[7].data + 0.5 * w_scale * (double)W[1] * scale,
+                .e_l1 = 0.5 * w_scale, .V = W[0], .d = W[1], .pad = *(const int64_t *)in[8].data};
+    { /* finite biases: a token with -inf can never win */
         float lo = INFINITY, hi = -INFINITY;
         for (int64_t v = 0; v < g.V; v++)
             if (isfinite(g.bias[v])) lo = fminf(lo, g.bias[v]), hi = fmaxf(hi, g.bias[v]);
@@ -529,15 +585,13 @@ static OrtStatusPtr greedy_compute(void *kernel, OrtKernelContext *ctx) {
     }
     TRY(output(ctx, 0, acc, 1, &g.tokens));
     if (!acc[0]) return NULL;
-    const int64_t T = acc[0], chunks = (g.V + CHUNK - 1) / CHUNK;
+    const int64_t T = acc[0];
     g.bars = malloc((size_t)T * sizeof *g.bars);
     g.tops = aligned_alloc(sizeof *g.tops, (size_t)(T * (g.V / BLOCK) + 1) * sizeof *g.tops); /* vector stores */
     g.reached = malloc((size_t)T * sizeof *g.reached);
     g.full = malloc((size_t)T * sizeof *g.full);
-    g.full_best = malloc((size_t)(chunks * T) * sizeof *g.full_best);
-    g.full_token = malloc((size_t)(chunks * T) * sizeof *g.full_token);
     OrtStatusPtr status = NULL;
-    if (!g.bars || !g.tops || !g.reached || !g.full || !g.full_best || !g.full_token)
+    if (!g.bars || !g.tops || !g.reached || !g.full)
         status = ort->CreateStatus(ORT_FAIL, "attnserve.GreedyTokens: out of memory");
     if (!status) status = ort->KernelContext_ParallelFor(ctx, greedy_bar, (size_t)T, 0, &g);
     if (!status) {
@@ -546,19 +600,26 @@ static OrtStatusPtr greedy_compute(void *kernel, OrtKernelContext *ctx) {
     }
     for (int64_t t = 0; !status && t < T; t++)
         if (g.tokens[t] < 0) g.full[g.n_full++] = t;
-    if (!status && g.n_full) status = ort->KernelContext_ParallelFor(ctx, greedy_full, (size_t)chunks, 0, &g);
-    for (int64_t r = 0; !status && r < g.n_full; r++) { /* the chunks in order: the first of equal logits wins */
-        int64_t token = -1;
-        float best = -INFINITY;
-        for (int64_t c = 0; c < chunks; c++) {
-            int64_t v = g.full_token[c * g.n_full + r];
-            float z = g.full_best[c * g.n_full + r];
-            if (v >= 0 && (token < 0 || z > best)) token = v, best = z;
-        }
-        g.tokens[g.full[r]] = token < 0 ? 0 : token;
-    }
-    free(g.bars), free(g.tops), free(g.reached), free(g.full), free(g.full_best), free(g.full_token);
+    if (!status && g.n_full) status = greedy_full(ctx, &g, in[4].data);
+    free(g.bars), free(g.tops), free(g.reached), free(g.full);
     return status;
+}
+
+static OrtStatusPtr logits_compute(void *kernel, OrtKernelContext *ctx) {
+    (void)kernel;
+    Input in[3]; /* h, panels, bias */
+    TRY(inputs_of(ctx, in, 3));
+    const int64_t *h = in[0].shape, *P = in[1].shape, V = in[2].shape[0];
+    if (in[0].rank != 2 || in[1].rank != 3 || P[2] != WIDE || P[1] != h[1] || in[2].rank != 1 ||
+        (V + WIDE - 1) / WIDE != P[0])
+        return invalid("attnserve.Logits: expected h (R, d), panels (ceil(V / 16), d, 16), bias (V,)");
+    Logits L = {.h = in[0].data, .panels = in[1].data, .bias = in[2].data, .R = h[0], .V = V, .d = h[1],
+                .n_panels = P[0]};
+    const int64_t shape[2] = {L.R, L.V};
+    TRY(output(ctx, 0, shape, 2, &L.out));
+    if (!L.R || !L.V) return NULL;
+    return ort->KernelContext_ParallelFor(ctx, logits_chunk, (size_t)((L.n_panels + PANEL_CHUNK - 1) / PANEL_CHUNK),
+                                          0, &L);
 }
 
 /* The custom-op definitions: an op's name, types and compute function; every input and output required. */
@@ -579,8 +640,9 @@ static const ONNXTensorElementDataType CROSS_TYPES[] = {FLOAT, FLOAT, FLOAT, INT
 static const ONNXTensorElementDataType SELF_TYPES[] = {FLOAT, FLOAT, FLOAT, FLOAT, FLOAT, INT32, INT32},
                                        SELF_OUT[] = {FLOAT, FLOAT, FLOAT};
 static const ONNXTensorElementDataType SEGMENT_TYPES[] = {FLOAT, FLOAT, FLOAT, INT32, INT64}, SEGMENT_OUT[] = {FLOAT};
-static const ONNXTensorElementDataType GREEDY_TYPES[] = {INT32, FLOAT, FLOAT, FLOAT, FLOAT, FLOAT, FLOAT, INT64},
+static const ONNXTensorElementDataType GREEDY_TYPES[] = {INT32, FLOAT, FLOAT, FLOAT, FLOAT, FLOAT, FLOAT, FLOAT, INT64},
                                        GREEDY_OUT[] = {INT64};
+static const ONNXTensorElementDataType LOGITS_TYPES[] = {FLOAT, FLOAT, FLOAT}, LOGITS_OUT[] = {FLOAT};
 
 static const char *name(const OrtCustomOp *op) { return OP(op)->name; }
 static const char *provider(const OrtCustomOp *op) { return (void)op, "CPUExecutionProvider"; }
@@ -634,7 +696,7 @@ static Op define(const char *op_name, size_t n_in, size_t n_out, const ONNXTenso
     return op;
 }
 
-static Op ops[4];
+static Op ops[5];
 
 /* Called by ONNX Runtime when SessionOptions.register_custom_ops_library loads this file (once for each options:
    the domain lives as long as the process, as sessions made with them may). */
@@ -643,8 +705,9 @@ ORT_EXPORT OrtStatus *ORT_API_CALL RegisterCustomOps(OrtSessionOptions *options,
     if (!ops[0].name) {
         ops[0] = define("Attention", 4, 1, CROSS_TYPES, CROSS_OUT, cross_compute);
         ops[1] = define("CachedAttention", 7, 3, SELF_TYPES, SELF_OUT, self_compute);
-        ops[2] = define("GreedyTokens", 8, 1, GREEDY_TYPES, GREEDY_OUT, greedy_compute);
+        ops[2] = define("GreedyTokens", 9, 1, GREEDY_TYPES, GREEDY_OUT, greedy_compute);
         ops[3] = define("SegmentAttention", 5, 1, SEGMENT_TYPES, SEGMENT_OUT, segment_compute);
+        ops[4] = define("Logits", 3, 1, LOGITS_TYPES, LOGITS_OUT, logits_compute);
     }
     OrtCustomOpDomain *domain;
     TRY(ort->CreateCustomOpDomain("attnserve", &domain));

@@ -12,7 +12,7 @@ import sentencepiece as spm
 from service.errors import InvalidText
 from service.runtime.manifest import MANIFEST, Manifest, ManifestError, sha256
 
-FORMAT = "attnserve-bundle/4"
+FORMAT = "attnserve-bundle/5"
 
 
 class BundleError(ValueError):

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from service.runtime.kernels import attention_kernels, kernel_session
+from service.runtime.kernels import KERNELS, attention_kernels, kernel_session
 from service.runtime.manifest import MANIFEST, Manifest
 
 log = logging.getLogger(__name__)
@@ -101,17 +101,46 @@ def without(model: Any, inputs: set[str], outputs: set[str]) -> None:
     graph.initializer.extend(kept_weights)
 
 
+def standard_logits(model: Any) -> None:
+    """``model`` changed in place: each ``attnserve.Logits`` node (the logits from the projection's panels) replaced
+    by the MatMul that the quantizer quantizes, h times the projection transposed (d, V) as a constant, plus the
+    bias. The panels and the bias may be float16 behind a Cast (model/export/store.py)."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    graph = model.graph
+    weights = {w.name: w for w in graph.initializer}
+    casts = {n.output[0]: n.input[0] for n in graph.node if n.op_type == "Cast" and n.input[0] in weights}
+    nodes = []
+    for node in graph.node:
+        if node.domain != KERNELS or node.op_type != "Logits":
+            nodes.append(node)
+            continue
+        h, panels, bias = node.input
+        P = numpy_helper.to_array(weights[casts.get(panels, panels)]).astype(np.float32)  # (V / 16, d, 16)
+        V = int(weights[casts.get(bias, bias)].dims[0])
+        name = f"{panels}.transposed"
+        graph.initializer.append(numpy_helper.from_array(P.transpose(1, 0, 2).reshape(P.shape[1], -1)[:, :V], name))
+        product = f"{node.output[0]}.product"
+        nodes.append(helper.make_node("MatMul", [h, name], [product], name=f"{node.name}.matmul"))
+        nodes.append(helper.make_node("Add", [product, bias], [node.output[0]], name=f"{node.name}.bias"))
+    del graph.node[:]
+    graph.node.extend(nodes)
+
+
 def int8_per_channel(source: Path, dest: Path, h: int) -> None:
     """int8 graphs from the graphs every float32 bundle ships, with attnserve's kernels throughout (no ONNX Runtime
     attention op, whose kernels refuse some head sizes): the fast (or exact) encoder without attention weights, the
-    fast decoder with logits for every row and no greedy tokens; optimized offline so that every MatMul's weight is
-    a constant, then int8 weights with a scale per output column (``quantize_dynamic``, QInt8, per channel: a
-    CTranslate2 int8 model's own scales, one per output row, come back from its dequantized weights)."""
+    fast decoder with logits for every row (ONNX's MatMul, not the panels' kernel) and no greedy tokens; optimized
+    offline so that every MatMul's weight is a constant, then int8 weights with a scale per output column
+    (``quantize_dynamic``, QInt8, per channel: a CTranslate2 int8 model's own scales, one per output row, come back
+    from its dequantized weights)."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     with tempfile.TemporaryDirectory() as tmp:
         model = onnx.load(str(inline(source, Path(tmp))))
+        standard_logits(model)
         without(model, UNUSED_INPUTS, UNUSED_OUTPUTS)
         trimmed, prepared = Path(tmp) / "trimmed.onnx", Path(tmp) / "prepared.onnx"
         onnx.save(model, str(trimmed))

@@ -1,11 +1,12 @@
 """A LibreTranslate installation's Argos Translate packages, served as bundles imported once into a cache.
 
 A packages directory holds one unpacked package a folder (argos-translate's layout: ``metadata.json``,
-``sentencepiece.model``, ``model/``). Each package's bundle lives in the cache under ``<folder>-<key>``, the key
-a hash of the package's file names and bytes, so a changed package gets a bundle of its own and an unchanged one
-is never imported twice. Importing is the model's side (``attnserve import-argos``, torch-free): :func:`sync` takes
-the importer as a callable, so the model's one-shot command imports in its process and ``attnserve serve`` in a
-subprocess (:func:`subprocess_importer`), and an installation without the importer serves what the cache holds.
+``sentencepiece.model``, ``model/``). Each package's bundle lives in the cache under ``<folder>-<key>``, the key a hash
+of the package's file names and bytes and of the bundle format, so a changed package (or a version of attnserve that
+writes another format) gets a bundle of its own and an unchanged one is never imported twice. Importing is the model's
+side (``attnserve import-argos``, torch-free): :func:`sync` takes the importer as a callable, so the model's one-shot
+command imports in its process and ``attnserve serve`` in a subprocess (:func:`subprocess_importer`), and an
+installation without the importer serves what the cache holds.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from service.runtime.bundle import FORMAT
 from service.runtime.manifest import is_bundle
 
 log = logging.getLogger(__name__)
@@ -100,8 +102,9 @@ def default_cache_dir(env: Mapping[str, str] = os.environ) -> Path:
 
 
 def content_key(folder: Path) -> str:
-    """sha256 of every file under ``folder``: its path relative to the folder, its size and its bytes, in order."""
-    digest = hashlib.sha256()
+    """sha256 of the bundle format and of every file under ``folder``: its path relative to the folder, its size and
+    its bytes, in order."""
+    digest = hashlib.sha256(FORMAT.encode() + b"\0")
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         digest.update(path.relative_to(folder).as_posix().encode() + b"\0")
         digest.update(path.stat().st_size.to_bytes(8, "little"))

@@ -241,19 +241,43 @@ def screen_weights(W: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return quantized, np.array(scale, np.float32), np.array(near.sum(axis=1).max(), np.float32)
 
 
+PANEL = 16  # tokens side by side in a panel of the projection (service/runtime/_attention.c's WIDE)
+
+
+def projection_panels(W: np.ndarray) -> np.ndarray:
+    """The projection W (V, d_model) as ``attnserve.Logits`` reads it: (ceil(V / PANEL), d_model, PANEL), element k
+    of PANEL tokens side by side, zeros past V."""
+    V, d = W.shape
+    padded = np.zeros((-(-V // PANEL) * PANEL, d), np.float32)
+    padded[:V] = W
+    return np.ascontiguousarray(padded.reshape(-1, PANEL, d).transpose(0, 2, 1))
+
+
+def projection(g: Graph) -> tuple[str, str]:
+    """The projection's panels and the logits' bias (V,) (zeros for a model without one): what ``attnserve.Logits``
+    and ``attnserve.GreedyTokens`` compute float32 logits from, made once a graph."""
+    c = g.c
+    if "projection_panels" not in g.initializers:
+        g.array("projection_panels", projection_panels(np.asarray(g.weights[weight_key(c, "generator.proj.weight")])))
+        bias = g.weights["generator.final_logits_bias"] if c.final_logits_bias else np.zeros(c.vocab_size)
+        g.array("logits_bias", np.asarray(bias, np.float32))
+    return "projection_panels", "logits_bias"
+
+
 def greedy_tokens(g: Graph, h: str) -> str:
     """Greedy search's next tokens of rows h (T, d_model): h quantized (DynamicQuantizeLinear) times the projection
     in 7 bits (MatMulInteger), then ``attnserve.GreedyTokens``, which bounds that product's error, rules out every
-    token whose logit cannot be the largest and computes float32 logits for the few left -> (T,) int64."""
+    token whose logit cannot be the largest and computes float32 logits for the few left (from W's rows), or for every
+    token where too many are left (from the panels) -> (T,) int64."""
     c = g.c
     W = g.weight("generator.proj.weight")
     int8, scale, l1 = screen_weights(g.weights[weight_key(c, "generator.proj.weight")])
-    bias = g.weights["generator.final_logits_bias"] if c.final_logits_bias else np.zeros(0, np.float32)
-    screen = [g.array("logits_bias", np.asarray(bias, np.float32)), g.array("projection_scale", scale),
-              g.array("projection_l1", l1), g.array("pad_id", np.array(c.pad_id, np.int64))]  # fmt: skip
+    panels, bias = projection(g)
+    screen = [g.array("projection_scale", scale), g.array("projection_l1", l1),
+              g.array("pad_id", np.array(c.pad_id, np.int64))]  # fmt: skip
     quantized, h_scale, zero = g.op("DynamicQuantizeLinear", h, outputs=3)
     acc = g.op("MatMulInteger", quantized, g.array("projection_int8", int8), zero)  # (T, V) int32
-    (tokens,) = g.custom("GreedyTokens", acc, h_scale, h, W, screen[0], *screen[1:], outputs=["tokens"], elem=INT64)
+    (tokens,) = g.custom("GreedyTokens", acc, h_scale, h, W, panels, bias, *screen, outputs=["tokens"], elem=INT64)
     return tokens
 
 
@@ -305,8 +329,9 @@ def fast_decoder(c: TransformerConfig, w: Weights, greedy: bool = True) -> onnx.
         x, _ = sublayer(g, x, f"{p}.sublayer.1", cross_attention)
         x = feed_forward_sublayer(g, x, p, 2)
     hidden = last_position(g, final_norm(g, x, "decoder"))  # (B, d_model)
-    if greedy:
-        g.output(generator(g, g.op("Gather", hidden, "logit_rows", axis=0)), "logits", FLOAT, [None, c.vocab_size])
+    if greedy:  # the logit rows from the projection's panels: no transposed copy of it beside the embedding's rows
+        logits = g.custom("Logits", g.op("Gather", hidden, "logit_rows", axis=0), *projection(g))
+        g.output(logits, "logits", FLOAT, [None, c.vocab_size])
         g.output(greedy_tokens(g, g.op("Gather", hidden, "token_rows", axis=0)), "tokens", INT64, [None])
     else:
         g.output(generator(g, hidden), "logits", FLOAT, [None, c.vocab_size])

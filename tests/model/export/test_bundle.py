@@ -79,7 +79,7 @@ def test_export_refuses_to_overwrite(spm: Path, tmp_path: Path) -> None:
     manifest = Manifest.read(tmp_path / "b")
     assert set(manifest.sha256) == {"encoder.onnx", "decoder.onnx", "decoder.fast.onnx", "decoder.forced.onnx",
                                        "decoder.device.onnx", "spm.model", "weights.bin"}  # fmt: skip
-    assert manifest.format == "attnserve-bundle/4"
+    assert manifest.format == "attnserve-bundle/5"
 
 
 def test_the_committed_tiny_bundles_are_what_the_exporter_writes(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import torch
 
 from model.config import TransformerConfig
 from model.export.build import export_fast_decoder
-from model.export.builder.graphs import greedy_tokens
+from model.export.builder.graphs import greedy_tokens, projection
 from model.export.builder.ops import FLOAT, INT32, INT64, Graph
 from model.export.examples import fast_example
 from model.transformer import attention, segment_mask
@@ -197,3 +197,29 @@ def test_greedy_tokens_where_the_screen_gives_up_are_the_float32_argmax(tmp_path
     logits[:, pad] = -np.inf
     np.testing.assert_array_equal(got, logits.argmax(axis=1))
     assert got[3] == twin and 4 not in got and pad not in got
+
+
+@pytest.mark.parametrize("d", [48, 13])
+def test_logits_from_the_projections_panels_are_its_float32_product(tmp_path: Path, d: int) -> None:
+    """attnserve.Logits (rows of h times the projection, read from its panels of 16 tokens) plus the bias, against
+    float64: any number of rows (groups of rows and what is left of them), a vocabulary that fills neither a panel nor
+    a group of panels nor a task's chunk, d not a multiple of a vector, a -inf bias, and no rows at all."""
+    rng = np.random.default_rng(2)
+    V = 2_051
+    W = rng.standard_normal((V, d)).astype(np.float32)
+    bias = rng.standard_normal(V).astype(np.float32)
+    bias[9] = -np.inf
+    weights = {"src_embed.lut.weight": W, "generator.final_logits_bias": bias}
+    path = tmp_path / "logits.onnx"
+    g = kernel_graph(path, 1, d, {"h": (FLOAT, 2)}, {"h": {0: "rows", 1: "d"}, "logits": {0: "rows", 1: "V"}},
+                     weights, vocab_size=V, final_logits_bias=True)  # fmt: skip
+    g.output(g.custom("Logits", "h", *projection(g)), "logits", FLOAT, [None, V])
+    onnx.save(g.model("logits"), str(path))
+    session = kernel_session(path)
+    for rows in (1, 2, 3, 4, 5, 7, 17, 30):
+        h = rng.standard_normal((rows, d)).astype(np.float32)
+        got = session.run(["logits"], {"h": h})[0]
+        want = h.astype(np.float64) @ W.T.astype(np.float64) + bias
+        assert got.shape == (rows, V) and np.isneginf(got[:, 9]).all()
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4 * np.abs(want[np.isfinite(want)]).max())
+    assert session.run(["logits"], {"h": np.zeros((0, d), np.float32)})[0].shape == (0, V)

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from service.runtime.manifest import MANIFEST, Manifest
+from service.serving import packages
 from service.serving.packages import (
     ImportRefused,
     argos_packages_dir,
@@ -53,6 +54,16 @@ def test_the_content_key_follows_names_and_bytes(tmp_path: Path) -> None:
     (a / "model" / "model.bin").write_bytes(b"w")
     assert content_key(a) == key
     (a / "model" / "model.bin").rename(a / "model" / "other.bin")
+    assert content_key(a) != key
+
+
+def test_a_bundle_format_of_its_own_imports_a_cached_package_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A version of attnserve that writes another bundle format does not take the cache's bundles of the old one."""
+    a = fake_package(tmp_path, "a")
+    key = content_key(a)
+    monkeypatch.setattr(packages, "FORMAT", "attnserve-bundle/0")
     assert content_key(a) != key
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import math
 import subprocess
 import sys
 import time
@@ -82,15 +81,11 @@ def model_weights(bundle_dir: Path, manifest: Manifest) -> float:
     """The model's own weights, each once, as float32 (MiB): the initializers of its exact encoder and decoder, which
     hold every weight of the model and nothing derived from them, by name (a tied embedding is one), float16-stored
     ones counted as the float32 they load as."""
-    import onnx
+    from service.serving.catalog import initializer_bytes
 
     sizes: dict[str, int] = {}
     for role in ("encoder", "decoder"):
-        graph = onnx.load(str(bundle_dir / manifest.graphs[role]), load_external_data=False).graph
-        for t in graph.initializer:
-            float16 = t.data_type == onnx.TensorProto.FLOAT16
-            itemsize = 4 if float16 else onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
-            sizes[t.name.removesuffix(".float16")] = math.prod(t.dims) * itemsize
+        sizes.update(initializer_bytes(bundle_dir / manifest.graphs[role]))
     return sum(sizes.values()) / MiB
 
 

@@ -504,6 +504,11 @@ static int one_element(const Input *a) {
     return n == 1;
 }
 
+/* Whether p holds the panels of a projection of V tokens by d (Logits' layout). */
+static int are_panels(const Input *p, int64_t V, int64_t d) {
+    return p->rank == 3 && p->shape[0] == (V + WIDE - 1) / WIDE && p->shape[1] == d && p->shape[2] == WIDE;
+}
+
 static OrtStatusPtr cross_compute(void *kernel, OrtKernelContext *ctx) {
     (void)kernel;
     Input in[4]; /* q, K, V, mask */
@@ -566,11 +571,10 @@ static OrtStatusPtr greedy_compute(void *kernel, OrtKernelContext *ctx) {
     (void)kernel;
     Input in[9]; /* acc, scale, h, W, panels, bias, w_scale, w_l1, pad */
     TRY(inputs_of(ctx, in, 9));
-    const int64_t *acc = in[0].shape, *h = in[2].shape, *W = in[3].shape, *P = in[4].shape;
+    const int64_t *acc = in[0].shape, *h = in[2].shape, *W = in[3].shape;
     if (in[0].rank != 2 || !one_element(&in[1]) || in[2].rank != 2 || in[3].rank != 2 || h[0] != acc[0] ||
-        W[0] != acc[1] || W[1] != h[1] || in[4].rank != 3 || P[0] != (W[0] + WIDE - 1) / WIDE || P[1] != W[1] ||
-        P[2] != WIDE || in[5].rank != 1 || in[5].shape[0] != W[0] || !one_element(&in[6]) || !one_element(&in[7]) ||
-        !one_element(&in[8]))
+        W[0] != acc[1] || W[1] != h[1] || !are_panels(&in[4], W[0], W[1]) || in[5].rank != 1 ||
+        in[5].shape[0] != W[0] || !one_element(&in[6]) || !one_element(&in[7]) || !one_element(&in[8]))
         return invalid("attnserve.GreedyTokens: expected acc (T, V), scale (), h (T, d), W (V, d), panels (ceil(V / "
                        "16), d, 16), bias (V,), w_scale (), w_l1 (), pad ()");
     double scale = *(const float *)in[1].data, w_scale = *(const float *)in[6].data;
@@ -609,12 +613,10 @@ static OrtStatusPtr logits_compute(void *kernel, OrtKernelContext *ctx) {
     (void)kernel;
     Input in[3]; /* h, panels, bias */
     TRY(inputs_of(ctx, in, 3));
-    const int64_t *h = in[0].shape, *P = in[1].shape, V = in[2].shape[0];
-    if (in[0].rank != 2 || in[1].rank != 3 || P[2] != WIDE || P[1] != h[1] || in[2].rank != 1 ||
-        (V + WIDE - 1) / WIDE != P[0])
+    if (in[0].rank != 2 || in[2].rank != 1 || !are_panels(&in[1], in[2].shape[0], in[0].shape[1]))
         return invalid("attnserve.Logits: expected h (R, d), panels (ceil(V / 16), d, 16), bias (V,)");
-    Logits L = {.h = in[0].data, .panels = in[1].data, .bias = in[2].data, .R = h[0], .V = V, .d = h[1],
-                .n_panels = P[0]};
+    Logits L = {.h = in[0].data, .panels = in[1].data, .bias = in[2].data, .R = in[0].shape[0],
+                .V = in[2].shape[0], .d = in[0].shape[1], .n_panels = in[1].shape[0]};
     const int64_t shape[2] = {L.R, L.V};
     TRY(output(ctx, 0, shape, 2, &L.out));
     if (!L.R || !L.V) return NULL;

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 
 from service.runtime.bundle import Bundle
 from service.runtime.manifest import Manifest
@@ -114,20 +115,30 @@ def footprint(bundle: Bundle, override: str | None) -> int:
 
 
 def weight_bytes(graph: Path) -> int:
-    """The bytes of a graph's initializers once loaded: float16 ones that feed a ``Cast`` to float32 (a bundle's
-    float16-stored weights) count as float32, int8 ones as int8 (their scales apart). Read from the graph's
-    headers (external data not read), once per file version.
+    """The bytes of a graph's initializers once loaded (:func:`initializer_bytes`), summed.
+
+    Raises:
+        OSError: the graph cannot be read.
+        ValueError: it is not an ONNX graph.
+    """
+    return sum(initializer_bytes(graph).values())
+
+
+def initializer_bytes(graph: Path) -> Mapping[str, int]:
+    """Each of a graph's initializers once loaded, by the name its nodes read it under: float16 ones that feed a
+    ``Cast`` to float32 (a bundle's float16-stored weights) as float32, under the Cast's name, int8 ones as int8
+    (their scales apart). Read from the graph's headers (external data not read), once per file version.
 
     Raises:
         OSError: the graph cannot be read.
         ValueError: it is not an ONNX graph.
     """
     st = graph.stat()
-    return _weight_bytes(str(graph), st.st_mtime_ns, st.st_size)
+    return _initializer_bytes(str(graph), st.st_mtime_ns, st.st_size)
 
 
 @functools.lru_cache(maxsize=256)
-def _weight_bytes(graph: str, mtime_ns: int, size: int) -> int:
+def _initializer_bytes(graph: str, mtime_ns: int, size: int) -> Mapping[str, int]:
     import onnx
 
     try:
@@ -136,11 +147,13 @@ def _weight_bytes(graph: str, mtime_ns: int, size: int) -> int:
         raise
     except Exception as e:  # protobuf's DecodeError, among others, for a file that is not a graph
         raise ValueError(f"{graph}: not an ONNX graph ({type(e).__name__}: {e})") from None
-    to_float = {n.input[0] for n in g.node if n.op_type == "Cast" and onnx.helper.get_node_attr_value(n, "to") == 1}
-    return sum(
-        math.prod(t.dims) * (4 if t.name in to_float else onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize)
+    to_float = {n.input[0]: n.output[0] for n in g.node
+                if n.op_type == "Cast" and onnx.helper.get_node_attr_value(n, "to") == 1}  # fmt: skip
+    return MappingProxyType({
+        to_float.get(t.name, t.name): math.prod(t.dims) * (
+            4 if t.name in to_float else onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize)
         for t in g.initializer
-    )
+    })  # fmt: skip
 
 
 def bundle_for(paths: Sequence[Path], source: str | None = None, target: str | None = None) -> Path:

@@ -181,7 +181,7 @@ def test_greedy_steps_give_the_exact_tokens_in_either_mode(tiny_bundle: Path) ->
     requests = requests_of(bundle, [1] * 8, [9, 3, 4, 5, 2, 6, 3, 4], scores=False)
     asked: list[bool] = []
 
-    def alternate(choice: GreedyChoice) -> bool:
+    def alternate(choice: GreedyChoice, rows: int) -> bool:
         choice.steps += 1
         asked.append(choice.steps % 2 == 0)
         return asked[-1]

@@ -31,7 +31,12 @@ class Memo:
         self.stopping = threading.Event()
 
     def submit_many(
-        self, scheduler: Scheduler, requests: list[DecodeRequest], timeout: float, arrival: float | None = None
+        self,
+        scheduler: Scheduler,
+        requests: list[DecodeRequest],
+        timeout: float,
+        arrival: float | None = None,
+        pair: str = "",
     ) -> list[asyncio.Future[DecodeResult]]:
         """:meth:`Scheduler.submit_many`'s contract: futures that the event loop sets on its next turn."""
         loop = asyncio.get_running_loop()

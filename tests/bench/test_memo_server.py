@@ -4,6 +4,7 @@ beside it started once it has a batch of texts."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 
 from memo_server import BATCH, Memo
@@ -52,3 +53,10 @@ def test_the_decoding_loop_starts_once_a_batch_of_texts_was_answered() -> None:
     finally:
         memo.stop()
     assert not memo.decoding.is_alive()
+
+
+def test_it_takes_what_the_scheduler_takes() -> None:
+    """The server calls the memo in Scheduler.submit_many's place, with that method's arguments."""
+    ours = list(inspect.signature(Memo.submit_many).parameters.values())
+    theirs = list(inspect.signature(Scheduler.submit_many).parameters.values())
+    assert [ours[0], *ours[2:]] == theirs

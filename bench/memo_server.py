@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
+from dataclasses import replace
 
 from service.decoding import DecodeRequest, DecodeResult, StepRunner, decode
 from service.serving.scheduler import Scheduler
@@ -43,7 +44,8 @@ class Memo:
         runner: StepRunner = scheduler.decoder.runner  # type: ignore[attr-defined]
         futures = []
         for request in requests:
-            key = repr(request)
+            # a text's constraint is made anew for each request (its repr names the object), and is the same one
+            key = repr(replace(request, constraint=None)) + repr(request.constraint is not None)
             if key not in self.results:
                 self.results[key] = request, decode(runner, [request])[0]
             future: asyncio.Future[DecodeResult] = loop.create_future()

@@ -26,7 +26,7 @@ class AppendedCaches(Caches):
         self.past_keys, self.past_values = out.present_keys, out.present_values
         self.self_mask = self._step_mask
 
-    def run(self, runner: StepRunner, rows: Rows, greedy: bool) -> StepOutput:
+    def run(self, runner: StepRunner, rows: Rows, tokens: np.ndarray) -> StepOutput:
         """The decoder on every row; on a batch with no cache yet, only on the rows that hold a hypothesis (a beam
         request's other rows start empty): beam k computes one row a request in its first step, not k."""
         ids, positions, self_mask = rows.last[:, None], rows.length[:, None], self._step_mask

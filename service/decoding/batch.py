@@ -167,7 +167,7 @@ class Batch:
             return [], 0.0
         slots = caches.prepare(rows)
         t0 = time.perf_counter()
-        out = caches.run(self.runner, rows, plan.greedy)
+        out = caches.run(self.runner, rows, plan.tokens)
         seconds = time.perf_counter() - t0
         caches.store(out)
         scores, token = self._choose(out)

@@ -44,7 +44,8 @@ class CacheLayout(Protocol):
     def fill(self, ix: np.ndarray, enc: Encoded, which: np.ndarray, mask: np.ndarray) -> None: ...
     def leave(self, ix: np.ndarray) -> None: ...  # rows ix become holes
     def prepare(self, rows: Rows) -> int: ...  # before a step: the cache slots a row may own after it
-    def run(self, runner: StepRunner, rows: Rows, greedy: bool) -> StepOutput: ...  # the decoder on every row
+    # the decoder on every row; ``tokens``: the rows whose greedy token a greedy-tokens graph may give (Plan.tokens)
+    def run(self, runner: StepRunner, rows: Rows, tokens: np.ndarray) -> StepOutput: ...
     def store(self, out: StepOutput) -> None: ...  # after a step: its presents become the caches
     def move(self, dst: np.ndarray, src: np.ndarray, rows: Rows) -> None: ...  # beam rows continue others'
     def compact(self, rows: Rows, live: np.ndarray, n: int) -> Rows: ...  # no holes left; the rows kept

@@ -36,7 +36,7 @@ class GatheredCaches(AppendedCaches):
         self.parent = np.zeros(0, np.int64)  # (N,) each row's past row
         self.source = np.zeros(0, np.int64)  # (N,) each row's cross row; -1 for a hole
 
-    def run(self, runner: StepRunner, rows: Rows, greedy: bool) -> StepOutput:
+    def run(self, runner: StepRunner, rows: Rows, tokens: np.ndarray) -> StepOutput:
         """The device decoder on every row (a hole reads any source), asked for 2k candidates a row when the
         widest beam is k (k = 2k exact: search.CandidateScores), one when every row is greedy."""
         widest = int(rows.width[rows.job >= 0].max())

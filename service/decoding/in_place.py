@@ -45,18 +45,19 @@ class DeviceInPlaceCaches(Caches):
             self.past_values = [self.moved(v, rows.length, capacity=capacity) for v in self.past_values]
         return int(capacity)
 
-    def run(self, runner: StepRunner, rows: Rows, greedy: bool) -> StepOutput:
-        """The decoder on every row (``greedy``: every row greedy and unscored, so greedy tokens may serve, where
-        :class:`GreedyChoice` finds them the cheaper)."""
+    def run(self, runner: StepRunner, rows: Rows, tokens: np.ndarray) -> StepOutput:
+        """The decoder on every row: rows ``tokens`` (greedy and unscored) take the graph's greedy tokens where
+        :class:`GreedyChoice` finds them the cheaper, the others their logits."""
         caches = (self.cross_keys, self.cross_values, self.past_keys, self.past_values)
-        chosen = greedy and self.greedy_tokens
-        tokens = chosen and self.choice.tokens(len(rows.last))
+        chosen = self.greedy_tokens and len(tokens) > 0
+        asked = chosen and self.choice.tokens(len(tokens))
         started = time.thread_time()  # this thread's CPU: a step preempted by the event loop costs no more
-        out = runner.step(
-            StepInput(rows.last[:, None], rows.length[:, None], self.encoder_mask, *caches, tokens=tokens)
+        step = StepInput(
+            rows.last[:, None], rows.length[:, None], self.encoder_mask, *caches, token_rows=tokens if asked else None
         )
-        if chosen:
-            self.choice.record(tokens, time.thread_time() - started, len(rows.last))
+        out = runner.step(step)
+        if chosen and len(tokens) == len(rows.last):  # a step whose every row may take tokens: the modes compare
+            self.choice.record(asked, time.thread_time() - started, len(rows.last))
         return out
 
     def trim(self, rows: Rows, live: np.ndarray) -> None:
@@ -130,12 +131,12 @@ class HostInPlaceCaches(DeviceInPlaceCaches):
         _beam.copy_rows(out, every, cache, every, lengths)
         return out[:size]
 
-    def run(self, runner: StepRunner, rows: Rows, greedy: bool) -> StepOutput:
+    def run(self, runner: StepRunner, rows: Rows, tokens: np.ndarray) -> StepOutput:
         """The decoder on every row; while no row holds a token, only on the rows that hold a hypothesis
         (:meth:`_first_step`)."""
         if not rows.alive.all() and not rows.length.any():
             return self._first_step(runner, rows)
-        return super().run(runner, rows, greedy)
+        return super().run(runner, rows, tokens)
 
     def _first_step(self, runner: StepRunner, rows: Rows) -> StepOutput:
         """The rows that hold a hypothesis step on buffers of their own, whose first slot is then copied into the

@@ -123,6 +123,7 @@ class Plan:
     attends: bool  # some row collects attention
     greedy: bool  # every row greedy and unscored: a graph's own greedy tokens serve (no logits)
     constrained: np.ndarray  # rows whose request adjusts logits (a constraint, a repetition penalty)
+    tokens: np.ndarray  # rows a graph's own greedy tokens may serve: all but those whose logits the step reads
 
     @classmethod
     def of(cls, rows: Rows) -> Plan:
@@ -135,4 +136,5 @@ class Plan:
         attends = any(a is not None for a in rows.attention)  # a hole's is None
         constrained = np.flatnonzero(live & rows.constrained)
         greedy = not (widths or forced or scored or len(constrained))
-        return cls(one, forced, widths, scored, attends, greedy, constrained)
+        read = live & (beam | (rows.width == 0) | rows.scored | rows.constrained)  # rows whose logits are read
+        return cls(one, forced, widths, scored, attends, greedy, constrained, np.flatnonzero(~read))

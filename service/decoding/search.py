@@ -126,9 +126,12 @@ def beam_places(rows: np.ndarray, j: np.ndarray, parent: np.ndarray) -> np.ndarr
 
 
 def greedy(plan: Plan, logits: np.ndarray, tokens: np.ndarray | None) -> np.ndarray:
-    """Each row's greedy next token: the graph's own (``tokens``, when it was asked for them), or the argmax of its
-    logits (of the greedy and forced rows only, when beam rows are there too; a hole's token is never read)."""
+    """Each row's greedy next token: the graph's own (``tokens``, when it was asked for them: for the rows of
+    ``plan.tokens``), or the argmax of its logits (of the greedy and forced rows only, when beam rows are there too;
+    a hole's token is never read)."""
     if tokens is not None:
+        if len(rest := np.setdiff1d(plan.one, plan.tokens, assume_unique=True)):
+            tokens[rest] = logits[rest].argmax(axis=-1)
         return tokens
     if not plan.widths:
         every: np.ndarray = logits.argmax(axis=-1)

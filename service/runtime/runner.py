@@ -116,7 +116,9 @@ class StepInput:
     past_keys: list[Cache]  # per decoder layer (B, h, T, d_k); gathered: (P, h, T, d_k), read through parent_rows
     past_values: list[Cache]
     self_attention_mask: np.ndarray | None = None  # appended caches: (B, T + 1), the slots each row owns
-    tokens: bool = False  # in-place caches, greedy_tokens graphs: each row's greedy token instead of its logits
+    # in-place caches, greedy_tokens graphs: the rows (ascending) that take the graph's greedy token instead of their
+    # logits; the others get logits (None: every row)
+    token_rows: np.ndarray | None = None
     parent_rows: np.ndarray | None = None  # gathered caches: (B,) each row's past row
     source_rows: np.ndarray | None = None  # gathered caches: (B,) each row's cross row
     candidates: int = 0  # gathered caches: the best tokens each row gives (K)
@@ -141,12 +143,14 @@ class Candidates:
 
 @dataclass(frozen=True)
 class StepOutput:
-    logits: np.ndarray  # (B, V); (0, V) when the step was asked for tokens, or gave candidates
+    # (B, V); (0, V) when every row took the graph's greedy token, or the step gave candidates; when some rows did,
+    # theirs hold nothing
+    logits: np.ndarray
     present_keys: list[Cache]  # per decoder layer (B, h, T + 1, d_k)
     present_values: list[Cache]
     self_attentions: np.ndarray | None  # (L_dec, B, h, T + 1); None from a graph without attention outputs
     cross_attentions: np.ndarray | None  # (L_dec, B, h, S)
-    tokens: np.ndarray | None = None  # (B,) greedy tokens, when asked for instead of logits (or with candidates)
+    tokens: np.ndarray | None = None  # (B,) greedy tokens at the rows that asked for them (every row's with candidates)
     candidates: Candidates | None = None  # from a device decoder (GatheredRunner)
 
 
@@ -376,7 +380,8 @@ class InPlaceRunner(Runner):
     def step(self, step: StepInput) -> StepOutput:
         """Each cache buffer bound as its past input and its present output: the step writes its slots into them
         (buffers of any capacity beyond the longest row) and returns them as the presents, with the logits, or
-        (``step.tokens``) the greedy tokens, in this thread's arrays, overwritten by its next step.
+        greedy tokens for ``step.token_rows`` and the other rows' logits, in this thread's arrays, overwritten by its
+        next step.
 
         A decoding thread keeps its binding from step to step and binds again only what changed (the buffers stay
         the same arrays until they grow, shrink or rows join): binding everything anew costs time every step."""
@@ -395,30 +400,46 @@ class InPlaceRunner(Runner):
                 binding.bind_ortvalue_input(past, value)
                 binding.bind_ortvalue_output(present, value)
                 bound[past] = cache
-        B = len(step.input_ids)
-        if bound.get("rows") != (B, step.tokens):
-            self._bind_rows(binding, bound, B, step.tokens)
+        B, token_rows = len(step.input_ids), step.token_rows
+        if bound.get("rows") != (B, None if token_rows is None else token_rows.tobytes()):
+            self._bind_rows(binding, bound, B, token_rows)
         self.decoder.run_with_iobinding(binding)
-        chosen = bound["tokens"] if step.tokens else None
-        return StepOutput(bound["logits"], step.past_keys, step.past_values, None, None, chosen)
+        if token_rows is None:
+            return StepOutput(bound["logits"], step.past_keys, step.past_values, None, None)
+        logits, logit_rows = bound["logits"], bound["logit_rows"]
+        if len(logit_rows):  # the other rows' logits, each at its row of the batch
+            every = bound["every_logit"]
+            every[logit_rows] = logits
+            logits = every
+        chosen = bound["chosen"]
+        chosen[token_rows] = bound["tokens"]
+        return StepOutput(logits, step.past_keys, step.past_values, None, None, chosen)
 
-    def _bind_rows(self, binding: ort.IOBinding, bound: dict[str, Any], B: int, tokens: bool) -> None:
-        """Bind this thread's arrays for the logits (B rows, or none for ``tokens``) and, on a graph that takes
-        them, the rows of logits and of greedy tokens and the tokens' array; again only when B or ``tokens``
-        changes."""
-        assert self.greedy_tokens or not tokens, "this fast decoder gives logits only"
-        R, T = (0, B) if tokens else (B, 0)
-        logits = np.empty((R, self.spec.vocab_size), np.float32)
+    def _bind_rows(self, binding: ort.IOBinding, bound: dict[str, Any], B: int, token_rows: np.ndarray | None) -> None:
+        """Bind this thread's arrays for the logits of the rows that take no greedy token and, on a graph that takes
+        them, the rows of logits and of greedy tokens and the tokens' array; again only when B or the token rows
+        change."""
+        assert self.greedy_tokens or token_rows is None, "this fast decoder gives logits only"
+        T = np.zeros(0, np.int64) if token_rows is None else np.ascontiguousarray(token_rows, np.int64)
+        R = np.setdiff1d(np.arange(B, dtype=np.int64), T, assume_unique=True)
+        V = self.spec.vocab_size
+        logits = np.empty((len(R), V), np.float32)
         binding.bind_output("logits", "cpu", 0, np.float32, logits.shape, logits.ctypes.data)
         chosen = None
         if self.greedy_tokens:
-            rows = {"logit_rows": np.arange(R), "token_rows": np.arange(T)}
-            for name, value in rows.items():
-                binding.bind_cpu_input(name, value)
-            chosen = np.empty(T, np.int64)
+            binding.bind_cpu_input("logit_rows", R)
+            binding.bind_cpu_input("token_rows", T)
+            chosen = np.empty(len(T), np.int64)
             binding.bind_output("tokens", "cpu", 0, np.int64, chosen.shape, chosen.ctypes.data)
-            bound.update(rows)
-        bound.update(rows=(B, tokens), logits=logits, tokens=chosen)
+        bound.update(
+            rows=(B, None if token_rows is None else token_rows.tobytes()),
+            logit_rows=R,
+            token_rows=T,
+            logits=logits,
+            tokens=chosen,
+            every_logit=np.empty((B, V), np.float32) if len(R) and len(T) else None,
+            chosen=np.zeros(B, np.int64),
+        )
 
 
 class GatheredRunner(Runner):

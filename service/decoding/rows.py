@@ -121,9 +121,9 @@ class Plan:
     widths: list[int]  # beam sizes of the batch's beam rows
     scored: bool  # some row needs log-probabilities
     attends: bool  # some row collects attention
-    greedy: bool  # every row greedy and unscored: a graph's own greedy tokens serve (no logits)
     constrained: np.ndarray  # rows whose request adjusts logits (a constraint, a repetition penalty)
     tokens: np.ndarray  # rows a graph's own greedy tokens may serve: all but those whose logits the step reads
+    argmax: np.ndarray  # greedy and forced rows whose logits the step reads: their token is the logits' argmax
 
     @classmethod
     def of(cls, rows: Rows) -> Plan:
@@ -135,6 +135,7 @@ class Plan:
         scored = bool((live & rows.scored).any())
         attends = any(a is not None for a in rows.attention)  # a hole's is None
         constrained = np.flatnonzero(live & rows.constrained)
-        greedy = not (widths or forced or scored or len(constrained))
         read = live & (beam | (rows.width == 0) | rows.scored | rows.constrained)  # rows whose logits are read
-        return cls(one, forced, widths, scored, attends, greedy, constrained, np.flatnonzero(~read))
+        return cls(
+            one, forced, widths, scored, attends, constrained, np.flatnonzero(~read), np.flatnonzero(read & ~beam)
+        )

@@ -130,8 +130,8 @@ def greedy(plan: Plan, logits: np.ndarray, tokens: np.ndarray | None) -> np.ndar
     ``plan.tokens``), or the argmax of its logits (of the greedy and forced rows only, when beam rows are there too;
     a hole's token is never read)."""
     if tokens is not None:
-        if len(rest := np.setdiff1d(plan.one, plan.tokens, assume_unique=True)):
-            tokens[rest] = logits[rest].argmax(axis=-1)
+        if len(plan.argmax):
+            tokens[plan.argmax] = logits[plan.argmax].argmax(axis=-1)
         return tokens
     if not plan.widths:
         every: np.ndarray = logits.argmax(axis=-1)

@@ -401,8 +401,10 @@ class InPlaceRunner(Runner):
                 binding.bind_ortvalue_output(present, value)
                 bound[past] = cache
         B, token_rows = len(step.input_ids), step.token_rows
-        if bound.get("rows") != (B, None if token_rows is None else token_rows.tobytes()):
+        rows = (B, None if token_rows is None else token_rows.tobytes())
+        if bound.get("rows") != rows:
             self._bind_rows(binding, bound, B, token_rows)
+            bound["rows"] = rows
         self.decoder.run_with_iobinding(binding)
         if token_rows is None:
             return StepOutput(bound["logits"], step.past_keys, step.past_values, None, None)
@@ -418,7 +420,7 @@ class InPlaceRunner(Runner):
     def _bind_rows(self, binding: ort.IOBinding, bound: dict[str, Any], B: int, token_rows: np.ndarray | None) -> None:
         """Bind this thread's arrays for the logits of the rows that take no greedy token and, on a graph that takes
         them, the rows of logits and of greedy tokens and the tokens' array; again only when B or the token rows
-        change."""
+        change (the caller keeps which rows it bound)."""
         assert self.greedy_tokens or token_rows is None, "this fast decoder gives logits only"
         T = np.zeros(0, np.int64) if token_rows is None else np.ascontiguousarray(token_rows, np.int64)
         R = np.setdiff1d(np.arange(B, dtype=np.int64), T, assume_unique=True)
@@ -432,7 +434,6 @@ class InPlaceRunner(Runner):
             chosen = np.empty(len(T), np.int64)
             binding.bind_output("tokens", "cpu", 0, np.int64, chosen.shape, chosen.ctypes.data)
         bound.update(
-            rows=(B, None if token_rows is None else token_rows.tobytes()),
             logit_rows=R,
             token_rows=T,
             logits=logits,
